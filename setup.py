@@ -1,0 +1,31 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="easylemur",
+    version="0.1.0",
+    description="JAX training stack for Llama-family models: continued pre-training, ChatML chat tuning, HF export.",
+    packages=find_packages(include=["easylemur", "easylemur.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.10.0",
+        "flax>=0.12.0",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11.0",
+        "grain>=0.2.10",
+        "sentencepiece>=0.2.0",
+        "datasets>=3.0",
+        "ml_collections>=1.0",
+        "safetensors>=0.4",
+        "numpy>=1.26",
+        "pyarrow>=15",
+        "zstandard>=0.22",
+        "tensorboardX>=2.6",
+        "tqdm>=4.66",
+        "absl-py>=2.0",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15"],
+        "tpu": ["jax[tpu]>=0.10.0"],
+        "tfds": ["tensorflow-datasets>=4.9"],
+    },
+)
