@@ -22,6 +22,7 @@ setup(
         "tensorboardX>=2.6",
         "tqdm>=4.66",
         "absl-py>=2.0",
+        "protobuf>=4",
     ],
     extras_require={
         "test": ["pytest>=8", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15"],

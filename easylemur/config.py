@@ -1,0 +1,215 @@
+"""The one config schema: defaults for every key, loading of configs/*.py, overrides, validation.
+
+A config file defines `get_config()` returning an `ml_collections.ConfigDict`; it only needs to
+set the keys it changes: `load_config` merges it over `default_config()`, and a key that the
+schema does not have is an error that names it. Overrides are `a.b.c=value` strings (the CLI's
+`--config.a.b.c=value`), parsed to the type of the key they replace.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from ml_collections import ConfigDict
+
+
+class ConfigError(ValueError):
+    """A config that does not match the schema; the message names the key."""
+
+
+def default_config() -> ConfigDict:
+    c = ConfigDict()
+    c.workdir = ""  # where config.json, metrics.jsonl, tb/ and checkpoints/ go
+    c.seed = 0
+    c.mesh = "data:1,fsdp:-1,tensor:1"  # -1 takes the devices the other axes leave
+
+    # model.preset names a shape in easylemur.models.llama.PRESETS; any other model.<field>
+    # overrides that LlamaConfig field (validated against the dataclass, see model_config()).
+    c.model = ConfigDict({"preset": "tiny"})
+
+    c.data = ConfigDict()
+    c.data.seq_len = 256
+    c.data.strict = False  # True: the first bad record raises, naming file and line
+    c.data.prefetch = 2  # grain worker processes for the pipeline (0: in-process)
+    c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see data.sources
+    c.data.eval_sources = ConfigDict()  # same shape; held-out data for eval loss (optional)
+
+    c.train = ConfigDict()
+    c.train.steps = 100
+    c.train.batch_size = 8  # global rows per optimizer step
+    c.train.grad_accum = 1  # micro-batches per step; batch_size must divide by it
+    c.train.z_loss = 0.0
+    c.train.nan_policy = "stop"  # "stop" | "skip"
+    c.train.extend_vocab = False  # add the ChatML tokens (and grow embeddings) when init.from lacks them
+
+    c.optimizer = ConfigDict()
+    c.optimizer.lr = 3e-4
+    c.optimizer.warmup_steps = 10
+    c.optimizer.schedule = "cosine"  # cosine | linear | constant
+    c.optimizer.end_lr = 3e-5
+    c.optimizer.weight_decay = 0.1
+    # Embeddings (and the untied LM head) decay like other matrices, as in Llama-2's recipe;
+    # norm scales never decay.
+    c.optimizer.decay_embeddings = True
+    c.optimizer.b1 = 0.9
+    c.optimizer.b2 = 0.95
+    c.optimizer.eps = 1e-8
+    c.optimizer.clip_norm = 1.0
+
+    c.checkpoint = ConfigDict()
+    c.checkpoint.every = 50
+    c.checkpoint.keep = 3
+
+    c.log = ConfigDict()
+    c.log.every = 10
+    c.log.wandb_project = ""  # set (and install wandb) to also log to W&B
+
+    c.eval = ConfigDict()
+    c.eval.every = 0  # 0: no eval
+    c.eval.batches = 4
+
+    c.init = ConfigDict()
+    c.init["from"] = ""  # "" (scratch) | HF dir | easylemur checkpoint/workdir
+
+    c.distributed = ConfigDict()
+    c.distributed.coordinator_address = ""  # empty: auto-detect on TPU VMs, single process elsewhere
+    c.distributed.num_processes = 0
+    c.distributed.process_id = -1
+    return c
+
+
+def _merge(base: ConfigDict, new: ConfigDict | dict, prefix: str, open_keys: set[str]) -> None:
+    for key, value in new.items():
+        path = f"{prefix}{key}"
+        if key not in base:
+            if prefix.rstrip(".") in open_keys:
+                base[key] = value
+                continue
+            raise ConfigError(f"unknown config key '{path}'")
+        if isinstance(base[key], ConfigDict):
+            if not isinstance(value, (ConfigDict, dict)):
+                raise ConfigError(f"config key '{path}' must be a mapping, got {value!r}")
+            _merge(base[key], value, path + ".", open_keys)
+        else:
+            base[key] = _coerce(path, base[key], value)
+
+
+# Mappings whose keys are the user's (source names, model field overrides); their entries are
+# checked by their owners (data.sources.validate_sources, model_config).
+_OPEN_KEYS = {"model", "data.sources", "data.eval_sources"}
+
+
+def _coerce(path: str, old: Any, value: Any) -> Any:
+    if old is None or value is None:
+        return value
+    if isinstance(old, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{path}' must be a bool, got {value!r}")
+        return value
+    if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(old, (int, float, str)) and type(value) is not type(old):
+        raise ConfigError(f"config key '{path}' must be {type(old).__name__}, got {value!r}")
+    return value
+
+
+def _parse_value(path: str, text: str, old: Any) -> Any:
+    if isinstance(old, str):
+        return text
+    if isinstance(old, bool) or text.lower() in ("true", "false"):
+        if text.lower() not in ("true", "false"):
+            raise ConfigError(f"config key '{path}' must be true or false, got {text!r}")
+        return text.lower() == "true"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        if old is None:
+            return text
+        raise ConfigError(f"config key '{path}': cannot parse {text!r} as {type(old).__name__}")
+
+
+def apply_override(cfg: ConfigDict, item: str) -> None:
+    """Applies one `a.b.c=value` override; unknown keys and wrong types are errors."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.path=value")
+    path, text = item.split("=", 1)
+    parts = path.split(".")
+    node = cfg
+    for i, part in enumerate(parts[:-1]):
+        if part not in node or not isinstance(node[part], ConfigDict):
+            raise ConfigError(f"unknown config key '{'.'.join(parts[: i + 1])}' (in override {item!r})")
+        node = node[part]
+    leaf = parts[-1]
+    parent = ".".join(parts[:-1])
+    if leaf not in node:
+        if parent == "model":
+            node[leaf] = _parse_value(path, text, None)
+            return
+        raise ConfigError(f"unknown config key '{path}' (in override {item!r})")
+    if isinstance(node[leaf], ConfigDict):
+        raise ConfigError(f"config key '{path}' is a section; override one of its keys")
+    node[leaf] = _coerce(path, node[leaf], _parse_value(path, text, node[leaf]))
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ConfigDict:
+    """Loads a config file over the defaults, applies overrides, validates, returns it."""
+    cfg = default_config()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        spec = importlib.util.spec_from_file_location(f"_easylemur_config_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not hasattr(module, "get_config"):
+            raise ConfigError(f"config file {path} defines no get_config()")
+        _merge(cfg, module.get_config(), "", _OPEN_KEYS)
+    for item in overrides:
+        apply_override(cfg, item)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: ConfigDict) -> None:
+    model_config(cfg)  # raises on unknown model fields
+    from easylemur.data.sources import validate_sources
+
+    validate_sources(cfg.data.sources, "data.sources")
+    validate_sources(cfg.data.eval_sources, "data.eval_sources")
+    if cfg.train.batch_size % cfg.train.grad_accum:
+        raise ConfigError(
+            f"train.batch_size={cfg.train.batch_size} must be divisible by train.grad_accum={cfg.train.grad_accum}"
+        )
+    if cfg.optimizer.schedule not in ("cosine", "linear", "constant"):
+        raise ConfigError(f"optimizer.schedule must be cosine, linear or constant, got {cfg.optimizer.schedule!r}")
+    if cfg.train.nan_policy not in ("stop", "skip"):
+        raise ConfigError(f"train.nan_policy must be 'stop' or 'skip', got {cfg.train.nan_policy!r}")
+
+
+def model_config(cfg: ConfigDict):
+    """The LlamaConfig a run config names: the preset with model.<field> overrides applied."""
+    from easylemur.models.llama import LlamaConfig, PRESETS
+
+    fields = {f.name: f for f in dataclasses.fields(LlamaConfig)}
+    preset = cfg.model.get("preset", "tiny")
+    if preset not in PRESETS:
+        raise ConfigError(f"model.preset {preset!r} is not one of {sorted(PRESETS)}")
+    overrides = {}
+    for key, value in cfg.model.items():
+        if key == "preset":
+            continue
+        if key not in fields:
+            raise ConfigError(f"unknown config key 'model.{key}' (LlamaConfig has no field {key!r})")
+        if isinstance(value, ConfigDict):
+            value = value.to_dict()
+        overrides[key] = value
+    return dataclasses.replace(PRESETS[preset], **overrides)
+
+
+def to_json(cfg: ConfigDict) -> str:
+    return json.dumps(cfg.to_dict(), indent=2, sort_keys=True, default=str)

@@ -1,0 +1,1 @@
+"""grain data pipeline: sources, ChatML rendering, packing, mixing, state."""
