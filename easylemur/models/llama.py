@@ -1,0 +1,459 @@
+"""Flax Llama whose logits match transformers' LlamaForCausalLM.
+
+Numerics follow HF exactly (DESIGN.md §4): RMSNorm in float32 as `w * x * rsqrt(mean(x²)+eps)`,
+half-split RoPE with HF's inv_freq (theta and rope_scaling honoured), SwiGLU, grouped-query
+attention computed per kv-head group (repeated K/V is never materialised). Packed rows carry
+`segment_ids` and per-segment `positions`; attention never crosses a segment.
+
+Parameter tree (kernels are [in, out...], HF's Linear weights transposed):
+  embed_tokens/embedding [V, d]
+  layers_{i}/  (or layers/ with a leading [L] axis when scan_layers)
+    input_layernorm/scale [d], post_attention_layernorm/scale [d]
+    self_attn/{q_proj [d, H, hd], k_proj [d, KV, hd], v_proj [d, KV, hd], o_proj [H, hd, d]}/kernel
+    mlp/{gate_proj [d, F], up_proj [d, F], down_proj [F, d]}/kernel
+  norm/scale [d]
+  lm_head/kernel [d, V]  (absent when tie_word_embeddings)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import Mesh
+
+from easylemur.sharding import RULES, constrain
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "save_attn_out")
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_layers: int = 32
+    num_heads: int = 32
+    num_kv_heads: int = 32
+    head_dim: Optional[int] = None  # None: hidden_size // num_heads
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    # HF rope_scaling as a tuple of (key, value) pairs (hashable), e.g.
+    # (("rope_type", "llama3"), ("factor", 8.0), ...); None for plain RoPE.
+    rope_scaling: Optional[tuple] = None
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+    # compute / storage
+    dtype: str = "float32"  # activations and matmul inputs; matmuls accumulate in float32
+    param_dtype: str = "float32"
+    scan_layers: bool = False
+    remat: str = "none"  # one of REMAT_POLICIES
+    # "dense": one [T, T] score matrix per head; "blockwise": query blocks of attn_block_size,
+    # rematerialised, so the full score matrix never exists (long rows on TPU).
+    attention: str = "dense"
+    attn_block_size: int = 512
+
+    def __post_init__(self):
+        if isinstance(self.rope_scaling, dict):
+            object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
+        self.validate()
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def rope_scaling_dict(self) -> dict:
+        return dict(self.rope_scaling or ())
+
+    @property
+    def rope_type(self) -> str:
+        d = self.rope_scaling_dict
+        return d.get("rope_type", d.get("type", "default"))
+
+    def validate(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        if self.rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ValueError(
+                f"rope_scaling.rope_type={self.rope_type!r} is not supported; supported: {SUPPORTED_ROPE_TYPES}"
+            )
+        if self.hd % 2:
+            raise ValueError(f"head_dim={self.hd} must be even for RoPE")
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat={self.remat!r} is not one of {REMAT_POLICIES}")
+        if self.attention not in ("dense", "blockwise"):
+            raise ValueError(f"attention={self.attention!r} must be 'dense' or 'blockwise'")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in ("float32", "bfloat16", "float16"):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be float32, bfloat16 or float16")
+
+    def num_params(self, include_embedding: bool = True) -> int:
+        d, f, hd = self.hidden_size, self.intermediate_size, self.hd
+        attn = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads)
+        per_layer = attn + 3 * d * f + 2 * d
+        total = self.num_layers * per_layer + d
+        if include_embedding:
+            total += self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+        return total
+
+
+def _preset(**kw) -> LlamaConfig:
+    return LlamaConfig(**kw)
+
+
+PRESETS: dict[str, LlamaConfig] = {
+    # vocab 4096 is the shipped tokenizer's size; models built on other tokenizers override it.
+    "tiny": _preset(vocab_size=4096, hidden_size=128, intermediate_size=352, num_layers=4,
+                    num_heads=4, num_kv_heads=2, max_position_embeddings=1024),
+    "llama2_7b": _preset(),
+    "llama2_13b": _preset(hidden_size=5120, intermediate_size=13824, num_layers=40, num_heads=40, num_kv_heads=40),
+    "llama2_70b": _preset(hidden_size=8192, intermediate_size=28672, num_layers=80, num_heads=64, num_kv_heads=8),
+    "codellama_34b": _preset(vocab_size=32000, hidden_size=8192, intermediate_size=22016, num_layers=48,
+                             num_heads=64, num_kv_heads=8, rope_theta=1e6, max_position_embeddings=16384),
+    "llama3_8b": _preset(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
+                         num_heads=32, num_kv_heads=8, rope_theta=5e5, max_position_embeddings=8192,
+                         rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001),
+}
+
+
+# ----------------------------------------------------------------------------- RoPE
+
+
+def rope_inv_freq(cfg: LlamaConfig, positions: jax.Array) -> tuple[jax.Array, float]:
+    """HF's inverse frequencies for cfg's rope type, and the attention scaling (1.0 here).
+
+    `positions` is only read by the dynamic type, whose base grows with the longest row."""
+    hd = cfg.hd
+    exponents = jnp.arange(0, hd, 2, dtype=jnp.int32).astype(jnp.float32) / hd
+    base = jnp.float32(cfg.rope_theta)
+    scaling = cfg.rope_scaling_dict
+    kind = cfg.rope_type
+    if kind == "dynamic":
+        factor = float(scaling["factor"])
+        max_pos = float(scaling.get("original_max_position_embeddings", cfg.max_position_embeddings))
+        seq_len = (jnp.max(positions) + 1).astype(jnp.float32)
+        grown = base * ((factor * seq_len / max_pos) - (factor - 1)) ** (hd / (hd - 2))
+        base = jnp.where(seq_len > max_pos, grown, base)
+    inv_freq = 1.0 / (base**exponents)
+    if kind == "linear":
+        inv_freq = inv_freq / float(scaling["factor"])
+    elif kind == "llama3":
+        factor = float(scaling["factor"])
+        low = float(scaling["low_freq_factor"])
+        high = float(scaling["high_freq_factor"])
+        old_len = float(scaling["original_max_position_embeddings"])
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        wavelen = 2 * math.pi / inv_freq
+        scaled = jnp.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv_freq = jnp.where(medium, smoothed, scaled)
+    return inv_freq, 1.0
+
+
+def rope_cos_sin(cfg: LlamaConfig, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """cos, sin of shape [B, T, hd] in float32, from per-token positions [B, T]."""
+    inv_freq, scale = rope_inv_freq(cfg, positions)
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, hd/2]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb) * scale, jnp.sin(emb) * scale
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x [B, T, N, hd]; the half-split form (rotate_half), computed in x's dtype as HF does."""
+    cos = cos[:, :, None, :].astype(x.dtype)
+    sin = sin[:, :, None, :].astype(x.dtype)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def attention_mask(q_seg: jax.Array, kv_seg: jax.Array, q_idx: jax.Array, kv_idx: jax.Array) -> jax.Array:
+    """[B, 1, 1, Tq, Tk] bool: causal by index within the row, and same segment only."""
+    causal = q_idx[:, None] >= kv_idx[None, :]
+    same = q_seg[:, :, None] == kv_seg[:, None, :]
+    return (same & causal[None])[:, None, None]
+
+
+def _attend(q, k, v, mask, out_dtype):
+    """q [B, Tq, KV, G, hd], k/v [B, Tk, KV, hd] -> [B, Tq, KV, G, hd]; scores in float32."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = jnp.einsum("bqkgh,bskh->bkgqs", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgqs,bskh->bqkgh", probs, v, preferred_element_type=jnp.float32).astype(out_dtype)
+
+
+def dot_product_attention(q, k, v, segment_ids, *, block_size: int = 0):
+    """Grouped-query attention with segment masking.
+
+    q [B, T, H, hd]; k, v [B, T, KV, hd]. Query heads j use kv head j // (H // KV) — the
+    grouping is a reshape, K/V are never repeated. With block_size > 0 the queries are taken
+    in blocks under jax.checkpoint, so no [T, T] score matrix is ever held for the whole row."""
+    B, T, H, hd = q.shape
+    KV = k.shape[2]
+    qg = q.reshape(B, T, KV, H // KV, hd)
+    idx = jnp.arange(T)
+    if block_size <= 0 or block_size >= T or T % block_size:
+        mask = attention_mask(segment_ids, segment_ids, idx, idx)
+        return _attend(qg, k, v, mask, q.dtype).reshape(B, T, H, hd)
+
+    nblocks = T // block_size
+
+    @jax.checkpoint
+    def block(q_blk, seg_blk, idx_blk):
+        mask = attention_mask(seg_blk, segment_ids, idx_blk, idx)
+        return _attend(q_blk, k, v, mask, q.dtype)
+
+    qb = qg.reshape(B, nblocks, block_size, KV, H // KV, hd).swapaxes(0, 1)
+    segb = segment_ids.reshape(B, nblocks, block_size).swapaxes(0, 1)
+    idxb = idx.reshape(nblocks, block_size)
+    out = jax.lax.map(lambda a: block(*a), (qb, segb, idxb))  # [nb, B, bs, KV, G, hd]
+    return out.swapaxes(0, 1).reshape(B, T, H, hd)
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+def _dtype(name: str):
+    return jnp.dtype(name)
+
+
+def _init(logical: tuple, scale: float = 0.02):
+    return nn.with_logical_partitioning(nn.initializers.normal(stddev=scale), logical)
+
+
+class RMSNorm(nn.Module):
+    eps: float
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+                           (x.shape[-1],), self.param_dtype)
+        xf = x.astype(jnp.float32)
+        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        # HF: weight * hidden.to(input_dtype)
+        return scale.astype(x.dtype) * xf.astype(x.dtype)
+
+
+class Dense(nn.Module):
+    """A bias-free projection with a [in..., out...] kernel and logical axis names."""
+
+    features: tuple
+    logical: tuple
+    contract: int  # how many trailing input dims to contract
+    dtype: Any
+    param_dtype: Any
+    out_dtype: Any = None  # default: dtype
+
+    @nn.compact
+    def __call__(self, x):
+        in_shape = x.shape[-self.contract:]
+        kernel = self.param("kernel", _init(self.logical), tuple(in_shape) + tuple(self.features), self.param_dtype)
+        lhs = tuple(range(x.ndim - self.contract, x.ndim))
+        rhs = tuple(range(self.contract))
+        y = jax.lax.dot_general(
+            x.astype(self.dtype), kernel.astype(self.dtype), ((lhs, rhs), ((), ())),
+            preferred_element_type=jnp.float32,
+        )
+        return y.astype(self.out_dtype or self.dtype)
+
+
+class Attention(nn.Module):
+    cfg: LlamaConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, x, cos, sin, segment_ids, cache=None):
+        cfg = self.cfg
+        dt, pdt = _dtype(cfg.dtype), _dtype(cfg.param_dtype)
+        H, KV, hd = cfg.num_heads, cfg.num_kv_heads, cfg.hd
+        q = Dense((H, hd), ("embed", "heads", "head_dim"), 1, dt, pdt, name="q_proj")(x)
+        k = Dense((KV, hd), ("embed", "kv_heads", "head_dim"), 1, dt, pdt, name="k_proj")(x)
+        v = Dense((KV, hd), ("embed", "kv_heads", "head_dim"), 1, dt, pdt, name="v_proj")(x)
+        q = constrain(apply_rope(q, cos, sin), ("batch", "length", "act_heads", None), self.mesh)
+        k = constrain(apply_rope(k, cos, sin), ("batch", "length", "act_kv_heads", None), self.mesh)
+        v = constrain(v, ("batch", "length", "act_kv_heads", None), self.mesh)
+        if cache is not None:
+            out, cache = cached_attention(q, k, v, segment_ids, cache)
+        else:
+            block = cfg.attn_block_size if cfg.attention == "blockwise" else 0
+            out = dot_product_attention(q, k, v, segment_ids, block_size=block)
+        out = checkpoint_name(constrain(out, ("batch", "length", "act_heads", None), self.mesh), "attn_out")
+        y = Dense((cfg.hidden_size,), ("heads", "head_dim", "embed"), 2, dt, pdt, name="o_proj")(out)
+        return y, cache
+
+
+def cached_attention(q, k, v, segment_ids, cache):
+    """Decoding with a KV cache: cache = dict(k, v [B, S, KV, hd], seg [B, S], index int32).
+
+    The new tokens are written at `index`; query t attends to cache slots <= index + t that
+    hold the same segment (slots never written have segment 0, which no real token uses)."""
+    B, T = q.shape[:2]
+    i = cache["index"]
+    k_all = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.astype(cache["k"].dtype), i, axis=1)
+    v_all = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.astype(cache["v"].dtype), i, axis=1)
+    seg_all = jax.lax.dynamic_update_slice_in_dim(cache["seg"], segment_ids, i, axis=1)
+    S = k_all.shape[1]
+    H, KV, hd = q.shape[2], k.shape[2], q.shape[3]
+    qg = q.reshape(B, T, KV, H // KV, hd)
+    mask = attention_mask(segment_ids, seg_all, i + jnp.arange(T), jnp.arange(S))
+    out = _attend(qg, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, q.dtype).reshape(B, T, H, hd)
+    return out, {"k": k_all, "v": v_all, "seg": seg_all, "index": i + T}
+
+
+class MLP(nn.Module):
+    cfg: LlamaConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.cfg
+        dt, pdt = _dtype(cfg.dtype), _dtype(cfg.param_dtype)
+        gate = Dense((cfg.intermediate_size,), ("embed", "mlp"), 1, dt, pdt, name="gate_proj")(x)
+        up = Dense((cfg.intermediate_size,), ("embed", "mlp"), 1, dt, pdt, name="up_proj")(x)
+        h = constrain(nn.silu(gate) * up, ("batch", "length", "act_mlp"), self.mesh)
+        return Dense((cfg.hidden_size,), ("mlp", "embed"), 1, dt, pdt, name="down_proj")(h)
+
+
+class Block(nn.Module):
+    cfg: LlamaConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, x, cos, sin, segment_ids, cache=None):
+        cfg = self.cfg
+        pdt = _dtype(cfg.param_dtype)
+        h, cache = Attention(cfg, self.mesh, name="self_attn")(
+            RMSNorm(cfg.rms_norm_eps, pdt, name="input_layernorm")(x), cos, sin, segment_ids, cache
+        )
+        x = x + h
+        x = x + MLP(cfg, self.mesh, name="mlp")(RMSNorm(cfg.rms_norm_eps, pdt, name="post_attention_layernorm")(x))
+        x = constrain(x, ("batch", "length", "act_embed"), self.mesh)
+        return x, cache
+
+
+def _remat_policy(name: str):
+    cp = jax.checkpoint_policies
+    return {
+        "full": cp.nothing_saveable,
+        "dots": cp.checkpoint_dots,
+        "dots_no_batch": cp.checkpoint_dots_with_no_batch_dims,
+        "save_attn_out": cp.save_only_these_names("attn_out"),
+    }[name]
+
+
+class Llama(nn.Module):
+    cfg: LlamaConfig
+    mesh: Optional[Mesh] = None
+
+    @nn.compact
+    def __call__(self, input_ids, positions=None, segment_ids=None, cache=None, return_hidden=False):
+        cfg = self.cfg
+        dt, pdt = _dtype(cfg.dtype), _dtype(cfg.param_dtype)
+        B, T = input_ids.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+        if segment_ids is None:
+            segment_ids = jnp.ones((B, T), jnp.int32)
+        embed = nn.Embed(
+            cfg.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt, name="embed_tokens",
+            embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("vocab", "embed")),
+        )
+        x = embed(input_ids.astype(jnp.int32)).astype(dt)
+        x = constrain(x, ("batch", "length", "act_embed"), self.mesh)
+        cos, sin = rope_cos_sin(cfg, positions)
+
+        if cache is not None and cfg.scan_layers:
+            raise ValueError("KV-cache decoding needs scan_layers=False (load the model unscanned)")
+        if cfg.scan_layers:
+            # Block's (x, ...) -> (x, None) is the (carry, xs) -> (carry, ys) scan wants.
+            body = Block
+            if cfg.remat != "none":
+                body = nn.remat(body, policy=_remat_policy(cfg.remat), prevent_cse=False)
+            x, _ = nn.scan(
+                body, variable_axes={"params": 0}, split_rngs={"params": True},
+                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast), length=cfg.num_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )(cfg, self.mesh, name="layers")(x, cos, sin, segment_ids)
+            new_cache = None
+        else:
+            body = Block
+            if cfg.remat != "none":
+                body = nn.remat(Block, policy=_remat_policy(cfg.remat), prevent_cse=True)
+            new_cache = [] if cache is not None else None
+            for i in range(cfg.num_layers):
+                x, c = body(cfg, self.mesh, name=f"layers_{i}")(
+                    x, cos, sin, segment_ids, None if cache is None else cache[i]
+                )
+                if cache is not None:
+                    new_cache.append(c)
+        x = RMSNorm(cfg.rms_norm_eps, pdt, name="norm")(x)
+        if return_hidden:
+            return x, new_cache
+        if cfg.tie_word_embeddings:
+            logits = jax.lax.dot_general(
+                x.astype(dt), embed.embedding.astype(dt), (((x.ndim - 1,), (1,)), ((), ())),
+                preferred_element_type=jnp.float32,
+            )
+        else:
+            logits = Dense((cfg.vocab_size,), ("embed", "vocab"), 1, dt, pdt, jnp.float32, name="lm_head")(x)
+        logits = constrain(logits, ("batch", "length", "act_vocab"), self.mesh)
+        return (logits, new_cache) if cache is not None else logits
+
+
+def init_cache(cfg: LlamaConfig, batch: int, max_len: int, dtype=None) -> list[dict]:
+    dtype = dtype or _dtype(cfg.dtype)
+    shape = (batch, max_len, cfg.num_kv_heads, cfg.hd)
+    return [
+        {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
+         "seg": jnp.zeros((batch, max_len), jnp.int32), "index": jnp.zeros((), jnp.int32)}
+        for _ in range(cfg.num_layers)
+    ]
+
+
+# ----------------------------------------------------------------------------- sharded init
+
+
+def param_specs(cfg: LlamaConfig) -> tuple[Any, Any]:
+    """(tree of ShapeDtypeStruct, tree of logical PartitionSpecs) for cfg's params, without
+    allocating anything."""
+    ids = jax.ShapeDtypeStruct((1, 1), jnp.int32)
+    boxed = jax.eval_shape(lambda: Llama(cfg).init(jax.random.PRNGKey(0), jnp.zeros(ids.shape, ids.dtype)))
+    logical = nn.get_partition_spec(boxed)["params"]
+    shapes = nn.unbox(boxed)["params"]
+    return shapes, logical
+
+
+def param_shardings(cfg: LlamaConfig, mesh: Mesh, rules=RULES) -> Any:
+    from easylemur.sharding import tree_shardings
+
+    shapes, logical = param_specs(cfg)
+    return tree_shardings(logical, shapes, mesh, rules)
+
+
+def init_params(cfg: LlamaConfig, rng: jax.Array, mesh: Optional[Mesh] = None, rules=RULES) -> Any:
+    """Random params, created directly in their shards (never whole on one host)."""
+
+    def init(key):
+        return nn.unbox(Llama(cfg).init(key, jnp.zeros((1, 1), jnp.int32)))["params"]
+
+    if mesh is None:
+        return jax.jit(init)(rng)
+    return jax.jit(init, out_shardings=param_shardings(cfg, mesh, rules))(rng)
