@@ -35,6 +35,7 @@ def default_config() -> ConfigDict:
     c.data = ConfigDict()
     c.data.seq_len = 256
     c.data.strict = False  # True: the first bad record raises, naming file and line
+    c.data.tokenizer = ""  # sentencepiece model; "": init.from's, else the shipped one
     c.data.prefetch = 2  # grain worker processes for the pipeline (0: in-process)
     c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see data.sources
     c.data.eval_sources = ConfigDict()  # same shape; held-out data for eval loss (optional)

@@ -1,0 +1,49 @@
+"""Lemur-70B continued pre-training (arXiv 2310.06830): Llama-2-70B on a 10:1 code:text
+mixture, 90B tokens, sequence packing, one TPU v4-512 pod (256 chips, 512 devices as JAX
+reports v4 megacores in this topology: `v4:4x8x8`).
+
+Known from the paper: base model, mixture ratio, token budget, pod. Every other value is an
+assumption, marked ASSUMED. Convert the weights first:
+    python -m easylemur.convert from-hf --hf /path/Llama-2-70b-hf --out gs://.../llama2-70b
+"""
+
+from ml_collections import ConfigDict
+
+
+def get_config() -> ConfigDict:
+    c = ConfigDict()
+    c.workdir = "runs/lemur_70b_pretrain"  # point at a bucket on a pod
+    c.mesh = "data:1,fsdp:-1,tensor:1"  # ASSUMED: pure FSDP over all 512 devices
+    c.model = ConfigDict({
+        "preset": "llama2_70b",
+        "dtype": "bfloat16",  # bf16 compute, float32 params and Adam moments
+        "scan_layers": True,  # one compiled layer: minutes, not hours, to compile 80 layers
+        "remat": "full",
+        # 4096-token rows: the dense [T, T] scores alone would need ~15.6 GiB per device
+        "attention": "blockwise",
+        "attn_block_size": 512,
+    })
+    c.init = ConfigDict({"from": "checkpoints/llama2-70b"})  # from-hf output (or the HF dir itself)
+    c.data = ConfigDict()
+    c.data.seq_len = 4096  # Llama-2's context
+    c.data.sources = ConfigDict()
+    # The Stack (permissive licences) and RefinedWeb/RedPajama/... as JSONL shards
+    c.data.sources.code = ConfigDict({"path": "data/lemur/code/*.jsonl.zst", "weight": 10.0, "format": "text"})
+    c.data.sources.text = ConfigDict({"path": "data/lemur/text/*.jsonl.zst", "weight": 1.0, "format": "text"})
+    c.train = ConfigDict({
+        "batch_size": 512,  # ASSUMED: one 4096-token row per device, ~2.1M tokens per step
+        "steps": 43000,  # 90e9 tokens / (512 x 4096)
+        "grad_accum": 1,
+    })
+    c.optimizer = ConfigDict({
+        "lr": 4e-5,  # ASSUMED: a low continued-pre-training rate so Llama-2's text ability survives
+        "warmup_steps": 2000,  # ASSUMED
+        "schedule": "cosine",
+        "end_lr": 4e-6,  # ASSUMED
+        "weight_decay": 0.1,  # Llama-2's value
+        "b1": 0.9, "b2": 0.95, "eps": 1e-8,  # Llama-2's values
+        "clip_norm": 1.0,
+    })
+    c.checkpoint = ConfigDict({"every": 500, "keep": 3})
+    c.log = ConfigDict({"every": 10})
+    return c

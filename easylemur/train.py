@@ -1,0 +1,454 @@
+"""THE train loop, for continued pre-training and chat fine-tuning alike.
+
+    python -m easylemur.train --config configs/tiny_pretrain.py [--config.train.steps=50 ...]
+
+Reads top to bottom: config -> mesh -> tokenizer, model config, params, optimizer, data ->
+(resume from the newest checkpoint) -> jitted step -> metrics, checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from ml_collections import ConfigDict
+
+from easylemur import checkpoint, hf, sharding
+from easylemur.config import ConfigError, load_config, model_config, to_json
+from easylemur.loss import token_loss_sum
+from easylemur.metrics import MetricsWriter, flops_per_token, peak_flops
+from easylemur.models.llama import Llama, LlamaConfig, init_params, param_shardings
+from easylemur.optim import make_optimizer
+
+# LlamaConfig fields that say how to compute, not what the model is: a run config sets them
+# even when the architecture comes from init.from.
+COMPUTE_FIELDS = ("dtype", "param_dtype", "scan_layers", "remat", "attention", "attn_block_size")
+
+
+class TrainingError(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------- the step
+
+
+def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformation, grad_accum: int, z_loss: float) -> Callable:
+    """(state, batch) -> (state, metrics). state = {"params", "opt_state"}. The loss is the
+    mean over every trained token of the global batch, across micro-batches too: token-loss
+    sums and token counts are accumulated, and divided once."""
+    model = Llama(model_cfg, mesh)
+
+    def loss_sum(params, mb):
+        logits = model.apply({"params": params}, mb["input_ids"], mb["positions"], mb["segment_ids"])
+        return token_loss_sum(logits, mb, z_loss)
+
+    grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
+
+    def step(state, batch):
+        params = state["params"]
+        if grad_accum == 1:
+            (lsum, n), grads = grad_fn(params, batch)
+        else:
+            # Row r goes to micro-batch r % A, so every device holds rows of every micro-batch.
+            def split(x):
+                x = x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:]).swapaxes(0, 1)
+                return x
+
+            micro = {k: split(v) for k, v in batch.items() if k != "source"}
+
+            def body(carry, mb):
+                g_acc, l_acc, n_acc = carry
+                mb = {k: sharding.constrain(v, ("batch",) + (None,) * (v.ndim - 1), mesh) for k, v in mb.items()}
+                (l, n), g = grad_fn(params, mb)
+                return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, n_acc + n), None
+
+            zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+            (grads, lsum, n), _ = jax.lax.scan(body, (zeros, jnp.float32(0), jnp.float32(0)), micro)
+        denom = jnp.maximum(n, 1.0)
+        grads = jax.tree.map(lambda g, p: (g / denom).astype(p.dtype), grads, params)
+        loss = lsum / denom
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        updates, new_opt = tx.update(grads, state["opt_state"], params)
+        new_params = optax.apply_updates(params, updates)
+        # A non-finite step changes nothing; the host decides to stop or go on.
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+        new_state = {"params": keep(new_params, params), "opt_state": keep(new_opt, state["opt_state"])}
+        metrics = {"loss": loss, "grad_norm": grad_norm, "finite": finite, "trained_tokens": n}
+        return new_state, metrics
+
+    return step
+
+
+def make_eval_step(model_cfg: LlamaConfig, mesh) -> Callable:
+    model = Llama(model_cfg, mesh)
+
+    def step(params, batch):
+        logits = model.apply({"params": params}, batch["input_ids"], batch["positions"], batch["segment_ids"])
+        return token_loss_sum(logits, batch)
+
+    return step
+
+
+def source_tokens(batch: dict, num_sources: int) -> jax.Array:
+    """Non-padding tokens per mixture source in this batch."""
+    per_row = jnp.sum(batch["segment_ids"] > 0, axis=1).astype(jnp.int32)
+    return jnp.zeros((num_sources,), jnp.int32).at[batch["source"]].add(per_row)
+
+
+# ----------------------------------------------------------------------------- setup pieces
+
+
+def load_tokenizer(cfg: ConfigDict):
+    from easylemur.tokenizer import Tokenizer
+
+    if cfg.data.tokenizer:
+        return Tokenizer.load(cfg.data.tokenizer)
+    src = cfg.init["from"]
+    if src:
+        if hf.is_hf_dir(src):
+            if (Path(src) / "tokenizer.model").is_file():
+                return Tokenizer.load(Path(src) / "tokenizer.model")
+        else:
+            d, s = checkpoint.resolve(src)
+            mngr = checkpoint.manager(d, async_save=False)
+            tok = checkpoint.tokenizer_from_json(checkpoint.restore_meta(mngr, s).get("tokenizer"))
+            mngr.close()
+            if tok is not None:
+                return Tokenizer.load(tok)
+    return Tokenizer.load(None)
+
+
+def source_model_config(src: str) -> LlamaConfig:
+    if hf.is_hf_dir(src):
+        return hf.read_hf_config(src)
+    d, s = checkpoint.resolve(src)
+    mngr = checkpoint.manager(d, async_save=False)
+    meta = checkpoint.restore_meta(mngr, s)
+    mngr.close()
+    return checkpoint.model_config_from_json(meta["model"])
+
+
+def resolve_model_config(cfg: ConfigDict, tokenizer) -> LlamaConfig:
+    """The architecture from init.from when set (else the preset), compute options from the
+    run config; from scratch, the vocabulary follows the tokenizer unless model.vocab_size is set."""
+    run = model_config(cfg)
+    src = cfg.init["from"]
+    if src:
+        arch = source_model_config(src)
+        return dataclasses.replace(arch, **{k: getattr(run, k) for k in COMPUTE_FIELDS})
+    if "vocab_size" not in cfg.model:
+        run = dataclasses.replace(run, vocab_size=tokenizer.vocab_size)
+    return run
+
+
+def put_global(host_tree: Any, shardings: Any) -> Any:
+    """Host numpy params (the same on every process) -> global arrays in `shardings`."""
+    return jax.tree.map(
+        lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: np.asarray(x[idx])), host_tree, shardings
+    )
+
+
+def initial_params(cfg: ConfigDict, model_cfg: LlamaConfig, mesh, shardings, tokenizer) -> Any:
+    src = cfg.init["from"]
+    if not src:
+        return init_params(model_cfg, jax.random.PRNGKey(cfg.seed), mesh)
+    pdt = jnp.dtype(model_cfg.param_dtype)
+    if hf.is_hf_dir(src):
+        host = hf.load_hf_params(src, hf.read_hf_config(src), dtype=pdt)
+    else:
+        _, host, _ = checkpoint.load_params(src, param_dtype=model_cfg.param_dtype)
+        host = jax.device_get(host)
+    if model_cfg.scan_layers:
+        host = hf.scan_params(host, model_cfg.num_layers)
+    return put_global(host, shardings)
+
+
+def check_vocab(model_cfg: LlamaConfig, tokenizer) -> None:
+    if tokenizer.vocab_size > model_cfg.vocab_size:
+        raise ConfigError(
+            f"the tokenizer has {tokenizer.vocab_size} pieces but the model's vocab_size is "
+            f"{model_cfg.vocab_size}; set train.extend_vocab=True to grow the embeddings"
+        )
+
+
+def abstract_state(params_abstract: Any, tx: optax.GradientTransformation, param_sh: Any, mesh) -> tuple[Any, Any]:
+    """Abstract {"params", "opt_state"} and matching shardings: optimizer moments are sharded
+    like the parameter they belong to, scalars (counts) replicated."""
+    opt_abstract = jax.eval_shape(tx.init, params_abstract)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    opt_sh = optax.tree_map_params(
+        tx, lambda _, s: s, opt_abstract, param_sh, transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
+    )
+    state_sh = {"params": param_sh, "opt_state": opt_sh}
+    state_abs = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        {"params": params_abstract, "opt_state": opt_abstract}, state_sh,
+    )
+    return state_abs, state_sh
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def train(cfg: ConfigDict) -> dict:
+    d = cfg.distributed
+    sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id)
+    if not cfg.workdir:
+        raise ConfigError("workdir is empty; set --config.workdir=DIR")
+    workdir = Path(cfg.workdir)
+    is_main = jax.process_index() == 0
+    mesh = sharding.make_mesh(cfg.mesh)
+    mngr = checkpoint.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
+    resume_step = mngr.latest_step()
+
+    # -- tokenizer and model config: a resumed run takes its own, as saved
+    from easylemur.tokenizer import Tokenizer
+
+    if resume_step is not None:
+        meta = checkpoint.restore_meta(mngr, resume_step)
+        tokenizer = Tokenizer.load(checkpoint.tokenizer_from_json(meta["tokenizer"]))
+        model_cfg = checkpoint.model_config_from_json(meta["model"])
+    else:
+        meta = None
+        tokenizer = load_tokenizer(cfg)
+        model_cfg = resolve_model_config(cfg, tokenizer)
+        if cfg.train.extend_vocab and tokenizer.vocab_size > model_cfg.vocab_size:
+            pass  # grown below, after the source params are loaded
+        else:
+            check_vocab(model_cfg, tokenizer)
+
+    tx, lr_schedule = make_optimizer(cfg.optimizer, cfg.train.steps)
+    param_sh = param_shardings(model_cfg, mesh)
+
+    if resume_step is not None:
+        params_abs = checkpoint.abstract_params(model_cfg, param_sh)
+        state_abs, state_sh = abstract_state(params_abs, tx, param_sh, mesh)
+        params, opt_state, meta = checkpoint.restore(mngr, resume_step, state_abs["params"], state_abs["opt_state"])
+        state = {"params": params, "opt_state": opt_state}
+        start_step = resume_step
+        print(f"resumed from {workdir / 'checkpoints' / str(resume_step)}", flush=True)
+    else:
+        params = initial_params(cfg, model_cfg, mesh, param_sh, tokenizer)
+        if tokenizer.vocab_size > model_cfg.vocab_size:
+            params, model_cfg, param_sh = _grow_vocab(params, model_cfg, tokenizer, mesh)
+        params_abs = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
+        state_abs, state_sh = abstract_state(params_abs, tx, param_sh, mesh)
+        opt_state = jax.jit(tx.init, out_shardings=state_sh["opt_state"])(params)
+        state = {"params": params, "opt_state": opt_state}
+        start_step = 0
+
+    if is_main:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.json").write_text(to_json(cfg))
+
+    # -- data
+    from easylemur.data.pipeline import make_pipeline
+
+    data = make_pipeline(
+        cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
+        process_index=jax.process_index(), process_count=jax.process_count(), mesh=mesh,
+    )
+    if meta is not None and meta.get("data_state") is not None:
+        data.set_state(meta["data_state"])
+    names = list(data.source_names)
+    tokens_seen = {n: int((meta or {}).get("tokens", {}).get(n, 0)) for n in names}
+    nan_skips = int((meta or {}).get("nan_skips", 0))
+
+    # -- compiled steps
+    batch_sh = sharding.batch_sharding(mesh)
+    step_fn = jax.jit(
+        make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss),
+        in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,),
+    )
+    count_fn = jax.jit(lambda b: source_tokens(b, len(names)))
+    eval_fn = jax.jit(make_eval_step(model_cfg, mesh))
+
+    seq_len = cfg.data.seq_len
+    flops_tok = flops_per_token(model_cfg, seq_len)
+    peak, peak_how = peak_flops()
+    tokens_per_step = cfg.train.batch_size * seq_len
+    writer = MetricsWriter(workdir, cfg.log.wandb_project, cfg.to_dict(), resume_step=start_step)
+    if is_main:
+        print(
+            f"model {model_cfg.num_params() / 1e6:.2f}M params, {jax.device_count()} devices, mesh {dict(mesh.shape)}, "
+            f"peak {peak:.3g} FLOP/s ({peak_how}), steps {start_step}->{cfg.train.steps}", flush=True,
+        )
+
+    def save(step: int, force: bool = False) -> None:
+        meta_out = {
+            "step": step, "model": checkpoint.model_config_to_json(model_cfg),
+            "tokenizer": checkpoint.tokenizer_to_json(tokenizer.model_path),
+            "rng": {"seed": cfg.seed}, "data_state": data.get_state(), "tokens": dict(tokens_seen),
+            "nan_skips": nan_skips, "config": cfg.to_dict(),
+        }
+        checkpoint.save(mngr, step, state["params"], meta_out, state["opt_state"], force=force)
+
+    progress = _progress(start_step, cfg.train.steps, is_main)
+    window_t, window_steps = None, 0
+    last: dict = {}
+    pending = None  # metrics of the step before, read after the next one is dispatched
+
+    def finish(step: int, m: dict) -> None:
+        nonlocal nan_skips, window_t, window_steps, last
+        m = jax.device_get(m)
+        for n, c in zip(names, m["counts"]):
+            tokens_seen[n] += int(c)
+        if not bool(m["finite"]):
+            if cfg.train.nan_policy == "stop":
+                raise TrainingError(
+                    f"step {step}: loss is {float(m['loss'])}, grad norm {float(m['grad_norm'])}; stopping. "
+                    f"The step was not applied; the newest checkpoint in {workdir / 'checkpoints'} is the last good state."
+                )
+            nan_skips += 1
+            print(f"step {step}: non-finite loss, step skipped ({nan_skips} so far)", flush=True)
+        now = time.perf_counter()
+        if window_t is None:  # the first step includes compilation: time from its end
+            window_t = now
+        else:
+            window_steps += 1
+        last = {"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
+        eval_due = bool(cfg.eval.every) and step % cfg.eval.every == 0
+        if step % cfg.log.every == 0 or step == cfg.train.steps or eval_due:
+            dt = now - window_t
+            tps = tokens_per_step * window_steps / dt if window_steps and dt > 0 else float("nan")
+            mfu = tps * flops_tok / peak if math.isfinite(tps) else float("nan")
+            record = {
+                "step": step, "loss": last["loss"], "learning_rate": float(lr_schedule(step - 1)),
+                "grad_norm": last["grad_norm"], "trained_tokens": int(m["trained_tokens"]),
+                "tokens_per_second": tps, "mfu": mfu, "nan_skips": nan_skips,
+                **{f"tokens/{n}": tokens_seen[n] for n in names},
+            }
+            if eval_due:
+                record["eval_loss"] = evaluate(cfg, tokenizer, mesh, eval_fn, state["params"])
+            writer.write(record)
+            progress.set_postfix_str(f"loss {last['loss']:.4f} tok/s {tps:,.0f} mfu {mfu:.1%}", refresh=False)
+            window_t, window_steps = time.perf_counter(), 0
+        progress.update(1)
+
+    step = start_step
+    try:
+        while step < cfg.train.steps:
+            batch = next(data)
+            state, m = step_fn(state, batch)
+            m["counts"] = count_fn(batch)
+            step += 1
+            if pending is not None:
+                finish(*pending)
+            pending = (step, m)
+            if step % cfg.checkpoint.every == 0 or step == cfg.train.steps or mngr.reached_preemption(step):
+                finish(*pending)
+                pending = None
+                save(step, force=step == cfg.train.steps)
+        if pending is not None:
+            finish(*pending)
+    finally:
+        mngr.wait_until_finished()
+        mngr.close()
+        writer.close()
+        progress.close()
+    return {"step": step, **last, "tokens": tokens_seen}
+
+
+def _grow_vocab(params, model_cfg: LlamaConfig, tokenizer, mesh):
+    from easylemur.vocab import extend_vocab
+
+    host = jax.device_get(params)
+    scanned = model_cfg.scan_layers
+    if scanned:
+        host = hf.unscan_params(host, model_cfg.num_layers)
+    host, grown = extend_vocab(host, dataclasses.replace(model_cfg, scan_layers=False), tokenizer.vocab_size)
+    grown = dataclasses.replace(grown, scan_layers=scanned)
+    if scanned:
+        host = hf.scan_params(host, grown.num_layers)
+    sh = param_shardings(grown, mesh)
+    return put_global(host, sh), grown, sh
+
+
+def evaluate(cfg: ConfigDict, tokenizer, mesh, eval_fn, params) -> float:
+    """Token-weighted mean loss over the first eval.batches batches of data.eval_sources."""
+    from easylemur.data.pipeline import make_pipeline
+
+    if not cfg.data.eval_sources:
+        return float("nan")
+    it = make_pipeline(
+        cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
+        process_index=jax.process_index(), process_count=jax.process_count(),
+        sources=cfg.data.eval_sources, shuffle=False, repeat=False, mesh=mesh,
+    )
+    total, count = 0.0, 0.0
+    for i, batch in enumerate(it):
+        if i >= cfg.eval.batches:
+            break
+        s, n = jax.device_get(eval_fn(params, batch))
+        total, count = total + float(s), count + float(n)
+    return total / count if count else float("nan")
+
+
+class _NoProgress:
+    def update(self, n):
+        pass
+
+    def set_postfix_str(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress(start: int, total: int, active: bool):
+    if not active:
+        return _NoProgress()
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, desc="train", dynamic_ncols=True, mininterval=1.0, file=sys.stdout)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Optional[str], list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m easylemur.train",
+        description="Train (continued pre-training or chat fine-tuning). Resumes from the newest "
+        "checkpoint in the config's workdir. Override any config key with --config.KEY=VALUE, "
+        "e.g. --config.train.steps=50 --config.data.sources.code.weight=5.",
+    )
+    parser.add_argument("--config", required=True, help="a configs/*.py file defining get_config()")
+    args, rest = parser.parse_known_args(argv)
+    overrides = []
+    for item in rest:
+        if not item.startswith("--config."):
+            parser.error(f"unrecognised argument {item!r}; overrides look like --config.train.steps=10")
+        overrides.append(item[len("--config."):])
+    return args.config, overrides
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    path, overrides = parse_args(argv)
+    try:
+        cfg = load_config(path, overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        train(cfg)
+    except (ConfigError, TrainingError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

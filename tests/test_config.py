@@ -1,0 +1,49 @@
+"""The config schema: overrides, unknown keys, wrong types."""
+
+import pytest
+
+from easylemur.config import ConfigError, load_config, model_config
+
+
+def test_override_types_and_model_fields():
+    cfg = load_config("configs/tiny_pretrain.py", ["train.steps=7", "optimizer.lr=1e-3", "model.num_layers=2",
+                                                   "data.sources.code.weight=5", "model.dtype=bfloat16"])
+    assert cfg.train.steps == 7 and cfg.optimizer.lr == 1e-3
+    assert cfg.data.sources.code.weight == 5.0
+    m = model_config(cfg)
+    assert m.num_layers == 2 and m.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("train.stepz=3", "train.stepz"),
+        ("optimizr.lr=1", "optimizr"),
+        ("model.num_layerz=2", "model.num_layerz"),
+        ("train.steps=abc", "train.steps"),
+        ("train.steps=1.5", "train.steps"),
+        ("data.strict=maybe", "data.strict"),
+        ("optimizer.schedule=exp", "optimizer.schedule"),
+    ],
+)
+def test_bad_override_names_key(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        load_config("configs/tiny_pretrain.py", [override])
+
+
+def test_unknown_key_in_config_file(tmp_path):
+    f = tmp_path / "bad.py"
+    f.write_text(
+        "from ml_collections import ConfigDict\n"
+        "def get_config():\n"
+        "    c = ConfigDict()\n"
+        "    c.train = ConfigDict({'stpes': 3})\n"
+        "    return c\n"
+    )
+    with pytest.raises(ConfigError, match=r"unknown config key 'train\.stpes'"):
+        load_config(f)
+
+
+def test_batch_must_divide_by_accumulation():
+    with pytest.raises(ConfigError, match="grad_accum"):
+        load_config("configs/tiny_pretrain.py", ["train.batch_size=6", "train.grad_accum=4"])

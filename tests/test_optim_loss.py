@@ -1,0 +1,69 @@
+"""The loss averages over trained tokens (not rows); weight decay skips norms."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from ml_collections import ConfigDict
+
+from easylemur.config import default_config
+from easylemur.loss import target_weights, token_loss_sum
+from easylemur.models.llama import PRESETS, init_params
+from easylemur.optim import decay_mask, make_optimizer, schedule
+
+
+def _batch(mask, seg):
+    mask, seg = np.array(mask), np.array(seg)
+    ids = np.arange(mask.size).reshape(mask.shape) % 7
+    return {"input_ids": jnp.asarray(ids), "loss_mask": jnp.asarray(mask), "segment_ids": jnp.asarray(seg)}
+
+
+def test_loss_is_mean_over_tokens_not_rows():
+    # row 0 trains 1 token, row 1 trains 3: each token weighs 1/4, not each row 1/2
+    b = _batch([[0, 1, 0, 0], [0, 1, 1, 1]], [[1, 1, 1, 1], [1, 1, 1, 1]])
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 4, 7)), jnp.float32)
+    s, n = token_loss_sum(logits, b)
+    lp = jax.nn.log_softmax(logits[:, :-1], -1)
+    tgt = b["input_ids"][:, 1:]
+    per = -jnp.take_along_axis(lp, tgt[..., None], -1)[..., 0]
+    expected = (per[0, 0] + per[1, 0] + per[1, 1] + per[1, 2]) / 4
+    assert n == 4
+    np.testing.assert_allclose(s / n, expected, rtol=1e-6)
+
+
+def test_no_target_across_documents_or_padding():
+    b = _batch([[0, 1, 1, 0, 1, 0]], [[1, 1, 1, 2, 2, 0]])
+    w = np.asarray(target_weights(b))[0]
+    # targets are positions 1..5: [1 (seg1), 1 (seg1), BOS of seg2 -> 0, 1 (seg2), pad -> 0]
+    assert w.tolist() == [1, 1, 0, 1, 0]
+
+
+def test_decay_mask_skips_norms():
+    cfg = dataclasses.replace(PRESETS["tiny"], num_layers=1)
+    params = jax.device_get(init_params(cfg, jax.random.PRNGKey(0)))
+    m = decay_mask(params)
+    assert m["layers_0"]["input_layernorm"]["scale"] is False
+    assert m["norm"]["scale"] is False
+    assert m["layers_0"]["mlp"]["up_proj"]["kernel"] is True
+    assert m["embed_tokens"]["embedding"] is True
+    assert decay_mask(params, decay_embeddings=False)["embed_tokens"]["embedding"] is False
+    # a step with zero gradient: only decayed leaves move
+    opt = default_config().optimizer
+    opt.update({"lr": 0.1, "warmup_steps": 0, "schedule": "constant", "weight_decay": 0.5})
+    tx, _ = make_optimizer(opt, 10)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = tx.update(zeros, tx.init(params), params)
+    assert float(jnp.abs(updates["norm"]["scale"]).max()) == 0.0
+    assert float(jnp.abs(updates["layers_0"]["mlp"]["up_proj"]["kernel"]).max()) > 0.0
+
+
+def test_schedule_warmup_and_decay():
+    opt = default_config().optimizer
+    opt.update({"lr": 1.0, "warmup_steps": 10, "end_lr": 0.1, "schedule": "cosine"})
+    s = schedule(opt, 110)
+    assert float(s(0)) == 0.0 and abs(float(s(10)) - 1.0) < 1e-6
+    assert abs(float(s(110)) - 0.1) < 1e-6
+    opt.schedule = "linear"
+    s = schedule(opt, 110)
+    assert abs(float(s(60)) - 0.55) < 1e-6
