@@ -255,13 +255,19 @@ def write_safetensors(path: str | Path, tensors: Iterator[tuple[str, np.ndarray]
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
     tmp = Path(str(path) + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for name, arr in items:
-            a = np.ascontiguousarray(arr() if callable(arr) else arr)
-            f.write(memoryview(a.reshape(-1).view(np.uint8)))
-            del a
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)))
+            f.write(blob)
+            for name, arr in items:
+                a = np.ascontiguousarray(arr() if callable(arr) else arr)
+                if tuple(a.shape) != tuple(header[name]["shape"]) or _ST_NAMES[np.dtype(a.dtype)] != header[name]["dtype"]:
+                    raise ValueError(f"{name}: promised {header[name]['shape']} {header[name]['dtype']}, got {a.shape} {a.dtype}")
+                f.write(memoryview(a.reshape(-1).view(np.uint8)))
+                del a
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -271,6 +277,110 @@ def _shape_dtype(arr) -> tuple[tuple, Any]:
     if callable(arr):
         raise TypeError("a lazy tensor must carry .shape and .dtype")
     return tuple(arr.shape), arr.dtype
+
+
+class LazyArray:
+    """Shape and dtype now, data when called: what the streaming writers (safetensors shards,
+    the orbax checkpoint of `convert from-hf`) hold instead of arrays, so that at most one
+    tensor of the model is in memory at a time."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, load: Callable[[], np.ndarray]):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self._load = load
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __call__(self) -> np.ndarray:
+        arr = self._load()
+        if tuple(arr.shape) != self.shape or np.dtype(arr.dtype) != self.dtype:
+            raise ValueError(f"lazy tensor promised {self.shape} {self.dtype}, produced {arr.shape} {arr.dtype}")
+        return arr
+
+    def __repr__(self) -> str:
+        return f"LazyArray({self.shape}, {self.dtype})"
+
+
+def parse_size(text: str | int) -> int:
+    """'5GB' -> 5e9 bytes, as transformers' max_shard_size reads it (KB/MB/GB powers of 10,
+    KiB/MiB/GiB powers of 2, a bare number is bytes)."""
+    if isinstance(text, int):
+        return text
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"size {text!r} is not a number of bytes like 5GB, 500MB, 2GiB or 1000000")
+    unit = (m.group(2) or "B").upper()
+    mult = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+            "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}[unit]
+    n = int(float(m.group(1)) * mult)
+    if n <= 0:
+        raise ValueError(f"size {text!r} must be positive")
+    return n
+
+
+def plan_shards(items: list[tuple[str, Any]], max_shard_bytes: int) -> list[list[tuple[str, Any]]]:
+    """Consecutive groups of at most max_shard_bytes (a bigger tensor gets a shard alone)."""
+    shards: list[list] = [[]]
+    size = 0
+    for name, arr in items:
+        shape, dtype = _shape_dtype(arr)
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if shards[-1] and size + n > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, arr))
+        size += n
+    return shards
+
+
+def write_sharded_safetensors(out_dir: str | Path, items: list[tuple[str, Any]], max_shard_bytes: int) -> dict:
+    """model-0000k-of-0000n.safetensors + model.safetensors.index.json, one tensor in memory at
+    a time; returns the index. Shards are renamed into place only once complete; on an error
+    the shards already written are removed, so a failed export leaves no half model."""
+    out_dir = Path(out_dir)
+    shards = plan_shards(items, max_shard_bytes)
+    n = len(shards)
+    weight_map: dict[str, str] = {}
+    total = 0
+    written: list[Path] = []
+    try:
+        for k, shard in enumerate(shards, 1):
+            fname = f"model-{k:05d}-of-{n:05d}.safetensors"
+            write_safetensors(out_dir / fname, shard)
+            written.append(out_dir / fname)
+            for name, arr in shard:
+                shape, dtype = _shape_dtype(arr)
+                weight_map[name] = fname
+                total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    except BaseException:
+        for f in written:
+            f.unlink(missing_ok=True)
+        raise
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return index
+
+
+def generation_config(cfg: LlamaConfig, eos_token_ids: list[int], pad_token_id: int | None = None) -> dict:
+    """generation_config.json: every id generation must stop on (for a ChatML model that
+    includes <|im_end|>, since EOS is never trained after an assistant turn)."""
+    out: dict[str, Any] = {"bos_token_id": cfg.bos_token_id,
+                           "eos_token_id": eos_token_ids[0] if len(eos_token_ids) == 1 else list(eos_token_ids)}
+    if pad_token_id is not None:
+        out["pad_token_id"] = pad_token_id
+    return out
 
 
 # ----------------------------------------------------------------------------- reading a directory
@@ -285,7 +395,11 @@ def _weight_files(path: Path, required: bool = True) -> list[Path]:
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = path / index_name
         if index.is_file():
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise HFFormatError(f"{index}: not a weight index (needs a 'weight_map'): {e}") from None
+            files = sorted(set(weight_map.values()))
             missing = [f for f in files if not (path / f).is_file()]
             if missing:
                 raise HFFormatError(f"{index}: shard files missing: {', '.join(missing)}")
@@ -299,6 +413,90 @@ def _weight_files(path: Path, required: bool = True) -> list[Path]:
     return []
 
 
+@dataclasses.dataclass
+class TensorSource:
+    """One tensor of an HF directory: shape and dtype known, data read only by `read()`.
+
+    safetensors data is read with a positioned read into a fresh buffer rather than through a
+    long-lived memory map: a map keeps every page it touched resident (and counted in RSS)
+    until it is closed, which over a whole 140 GB model is the whole model."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    file: Path
+    offset: int = 0  # absolute byte offset in a safetensors file
+    tensor: Any = None  # the (memory-mapped) torch tensor of a .bin file
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def read(self) -> np.ndarray:
+        if self.tensor is not None:
+            return _torch_to_numpy(self.tensor).copy()
+        out = np.empty(self.shape, self.dtype)
+        buf = memoryview(out.reshape(-1).view(np.uint8))
+        with open(self.file, "rb", buffering=0) as f:
+            f.seek(self.offset)
+            done = 0
+            while done < len(buf):
+                n = f.readinto(buf[done:])
+                if not n:
+                    raise HFFormatError(f"{self.file}: truncated; tensor {self.name} ends past the end of the file")
+                done += n
+        return out
+
+
+def index_hf_tensors(path: str | Path) -> dict[str, TensorSource]:
+    """Name -> TensorSource for every tensor of an HF directory, reading headers only."""
+    path = Path(path)
+    sources: dict[str, TensorSource] = {}
+    for file in _weight_files(path):
+        if file.suffix == ".safetensors":
+            header, start = read_safetensors_header(file)
+            size = file.stat().st_size
+            for name, info in header.items():
+                if name == "__metadata__":
+                    continue
+                if info.get("dtype") not in _ST_DTYPES:
+                    raise HFFormatError(f"{file}: tensor {name} has unsupported dtype {info.get('dtype')}")
+                lo, hi = info["data_offsets"]
+                src = TensorSource(name, tuple(info["shape"]), np.dtype(_ST_DTYPES[info["dtype"]]), file, start + lo)
+                if hi - lo != src.nbytes or start + hi > size:
+                    raise HFFormatError(f"{file}: tensor {name} has inconsistent offsets {lo}..{hi} (file is {size} bytes)")
+                _add_source(sources, src)
+        else:
+            for name, t in _torch_state(file).items():
+                arr_dtype = _torch_to_numpy(t[:0] if t.ndim else t.reshape(1)[:0]).dtype
+                _add_source(sources, TensorSource(name, tuple(t.shape), np.dtype(arr_dtype), file, tensor=t))
+    return sources
+
+
+def _add_source(sources: dict, src: TensorSource) -> None:
+    if src.name in sources:
+        raise HFFormatError(f"tensor {src.name} appears twice: in {sources[src.name].file} and {src.file}")
+    sources[src.name] = src
+
+
+def check_hf_tensors(path: str | Path, sources: dict[str, TensorSource], cfg: LlamaConfig) -> list[tuple[TensorMap, TensorSource]]:
+    """Pairs each expected tensor with its source; unexpected, missing or misshapen tensors
+    are errors naming the tensor, before anything is converted."""
+    maps = {m.hf_name: m for m in tensor_maps(cfg)}
+    for name, src in sources.items():
+        if name.endswith(_IGNORED_SUFFIXES) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
+            continue  # some exporters write buffers or the tied head anyway
+        m = maps.get(name)
+        if m is None:
+            raise HFFormatError(f"{path}: unexpected tensor {name!r} for this Llama config")
+        if src.shape != m.hf_shape:
+            raise HFFormatError(f"{path}: tensor {name} has shape {src.shape} but config.json implies {m.hf_shape}")
+    missing = [n for n in maps if n not in sources]
+    if missing:
+        raise HFFormatError(f"{path}: missing tensors: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    return [(m, sources[n]) for n, m in maps.items()]
+
+
 def iter_hf_tensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
     """Streams (name, array) from an HF dir's shards: safetensors memory-mapped, .bin through
     torch.load(weights_only=True, mmap=True) — never unpickling code."""
@@ -309,19 +507,30 @@ def iter_hf_tensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
             yield from _iter_torch_bin(file)
 
 
-def _iter_torch_bin(file: Path) -> Iterator[tuple[str, np.ndarray]]:
+def _torch_state(file: Path) -> dict:
     import torch
 
     try:
         state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # weights_only refuses pickled code: say so, do not fall back
         raise HFFormatError(f"{file}: cannot load safely with torch.load(weights_only=True): {e}") from None
-    for name, t in state.items():
-        t = t.detach().contiguous()
-        if t.dtype == torch.bfloat16:
-            yield name, t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        else:
-            yield name, t.numpy()
+    if not isinstance(state, dict):
+        raise HFFormatError(f"{file}: expected a state dict of tensors, found {type(state).__name__}")
+    return state
+
+
+def _torch_to_numpy(t) -> np.ndarray:
+    import torch
+
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _iter_torch_bin(file: Path) -> Iterator[tuple[str, np.ndarray]]:
+    for name, t in _torch_state(file).items():
+        yield name, _torch_to_numpy(t)
 
 
 def read_hf_config(path: str | Path, **overrides) -> LlamaConfig:
@@ -335,26 +544,9 @@ def read_hf_config(path: str | Path, **overrides) -> LlamaConfig:
 def load_hf_params(path: str | Path, cfg: LlamaConfig, dtype=np.float32) -> dict:
     """Nested numpy params (unscanned layout) from an HF dir, checked name by name and shape by
     shape against cfg."""
-    maps = {m.hf_name: m for m in tensor_maps(cfg)}
     params: dict = {}
-    seen = set()
-    for name, arr in iter_hf_tensors(path):
-        if name.endswith(_IGNORED_SUFFIXES):
-            continue
-        if name == "lm_head.weight" and cfg.tie_word_embeddings:
-            continue  # some exporters write the tied head anyway
-        m = maps.get(name)
-        if m is None:
-            raise HFFormatError(f"{path}: unexpected tensor {name!r} for this Llama config")
-        if tuple(arr.shape) != m.hf_shape:
-            raise HFFormatError(
-                f"{path}: tensor {name} has shape {tuple(arr.shape)} but config.json implies {m.hf_shape}"
-            )
-        _set(params, m.path, m.to_flax(np.asarray(arr, dtype=dtype)))
-        seen.add(name)
-    missing = [n for n in maps if n not in seen]
-    if missing:
-        raise HFFormatError(f"{path}: missing tensors: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    for m, src in check_hf_tensors(path, index_hf_tensors(path), cfg):
+        _set(params, m.path, m.to_flax(src.read().astype(dtype, copy=False)))
     return params
 
 
