@@ -1,0 +1,374 @@
+"""HF <-> easylemur converters, judged by transformers, orbax, safetensors and AutoTokenizer."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import easylemur
+from easylemur import checkpoint, convert, hf
+from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH, Tokenizer
+from hf_models import hf_logits, make_hf_model
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 4096  # the shipped tokenizer's size, so its ids index the model
+
+
+def _ids(batch, length, vocab=VOCAB, seed=0):
+    return np.random.default_rng(seed).integers(0, vocab, size=(batch, length))
+
+
+def _tensors(path) -> dict:
+    return {n: s.read() for n, s in hf.index_hf_tensors(path).items()}
+
+
+def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _run(argv, capsys=None):
+    rc = convert.main([str(a) for a in argv])
+    err = capsys.readouterr().err if capsys else ""
+    return rc, err
+
+
+@pytest.fixture(scope="module")
+def hf_model(tmp_path_factory):
+    """A random float32 HF Llama with the shipped (ChatML) tokenizer beside it."""
+    d = tmp_path_factory.mktemp("hf")
+    model = make_hf_model(vocab_size=VOCAB)
+    model.save_pretrained(d)
+    shutil.copyfile(DEFAULT_TOKENIZER_PATH, d / "tokenizer.model")
+    return model, d
+
+
+@pytest.fixture(scope="module")
+def converted(hf_model, tmp_path_factory):
+    _, d = hf_model
+    out = tmp_path_factory.mktemp("ckpt")
+    assert convert.main(["from-hf", "--hf", str(d), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported_f32(converted, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export32")
+    assert convert.main(["to-hf", "--checkpoint", str(converted), "--out", str(out), "--dtype", "float32", "--force"]) == 0
+    return out
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def test_round_trip_float32_is_bitwise_and_transformers_loads_it(hf_model, converted, exported_f32):
+    from transformers import LlamaForCausalLM
+
+    model, src = hf_model
+    a, b = _tensors(src), _tensors(exported_f32)
+    assert sorted(a) == sorted(b)
+    bad = [n for n in a if not _bitwise_equal(a[n], b[n])]
+    assert not bad, bad
+    # configs: the same model by easylemur's reading, and the same fields transformers reads
+    ca, cb = (json.loads((p / "config.json").read_text()) for p in (src, exported_f32))
+    assert hf.read_hf_config(src) == hf.read_hf_config(exported_f32)
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
+                "bos_token_id", "eos_token_id", "model_type", "hidden_act"):
+        assert ca[key] == cb[key], key
+    assert cb["rope_parameters"]["rope_theta"] == cb["rope_theta"] == ca["rope_parameters"]["rope_theta"]
+    assert json.loads((exported_f32 / "model.safetensors.index.json").read_text())["weight_map"].keys() == a.keys()
+    reloaded = LlamaForCausalLM.from_pretrained(exported_f32, dtype=torch.float32)
+    ids = _ids(2, 24)
+    assert np.array_equal(hf_logits(reloaded, ids), hf_logits(model, ids))
+
+
+def test_logits_through_load_on_hf_dir_and_checkpoint(hf_model, converted):
+    model, src = hf_model
+    ids = _ids(2, 40, seed=3)
+    ref = hf_logits(model, ids)
+    scale = np.abs(ref).max()
+    for path in (src, converted, converted / "checkpoints", converted / "checkpoints" / "0"):
+        m = easylemur.load(path)
+        ours = np.asarray(m.logits(ids))
+        assert np.abs(ours - ref).max() <= 1e-5 * scale, (path, np.abs(ours - ref).max())
+        assert m.tokenizer is not None and m.tokenizer.vocab_size == VOCAB
+
+
+def test_checkpoint_is_the_orbax_format(hf_model, converted):
+    """Plain orbax restores it, checkpoint.load_params restores it, the params tree is exactly
+    the model's, and the step metadata names the same handler save_params records."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    from easylemur.models.llama import param_specs
+
+    _, src = hf_model
+    cfg, params, tok = checkpoint.load_params(converted)
+    assert tok is not None and Path(tok).read_bytes() == Path(DEFAULT_TOKENIZER_PATH).read_bytes()
+    assert cfg == hf.read_hf_config(src)  # float32 source: param_dtype float32
+    shapes, _ = param_specs(cfg)
+    assert jax.tree.structure(shapes) == jax.tree.structure(params)
+    expected = hf.load_hf_params(src, cfg)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), y), params, expected)
+
+    raw = ocp.CheckpointManager((converted / "checkpoints").absolute()).restore(0)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), y), dict(raw["params"]), expected)
+    assert raw["meta"]["model"]["vocab_size"] == VOCAB
+    handlers = json.loads((converted / "checkpoints" / "0" / "_CHECKPOINT_METADATA").read_text())["item_handlers"]
+    assert handlers["params"].endswith("StandardCheckpointHandler")
+
+
+def test_bf16_export_equals_bf16_cast_of_original(hf_model, converted, tmp_path):
+    model, _ = hf_model
+    out = tmp_path / "bf16"
+    assert convert.main(["to-hf", "--checkpoint", str(converted), "--out", str(out)]) == 0  # default bfloat16
+    got = _tensors(out)
+    for name, p in model.state_dict().items():
+        want = p.detach().to(torch.bfloat16).view(torch.int16).numpy()
+        assert got[name].dtype == ml_dtypes.bfloat16, name
+        assert np.array_equal(got[name].view(np.int16), want), name
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+
+
+def test_bf16_source_stays_bf16_and_round_trips(tmp_path):
+    model = make_hf_model(vocab_size=VOCAB).to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "hf")
+    assert _run(["from-hf", "--hf", tmp_path / "hf", "--out", tmp_path / "ck"])[0] == 0
+    meta = json.loads((tmp_path / "ck/checkpoints/0/meta/metadata").read_text())
+    assert meta["model"]["param_dtype"] == "bfloat16"
+    cfg, params, _ = checkpoint.load_params(tmp_path / "ck")
+    assert cfg.param_dtype == "bfloat16" and params["norm"]["scale"].dtype == ml_dtypes.bfloat16
+    assert _run(["to-hf", "--checkpoint", tmp_path / "ck", "--out", tmp_path / "out"])[0] == 0
+    a, b = _tensors(tmp_path / "hf"), _tensors(tmp_path / "out")
+    assert sorted(a) == sorted(b) and all(_bitwise_equal(a[n], b[n]) for n in a)
+
+
+def test_float16_export_and_overflow_refusal(converted, tmp_path, capsys):
+    ok = tmp_path / "fp16"
+    assert _run(["to-hf", "--checkpoint", converted, "--out", ok, "--dtype", "float16"], capsys)[0] == 0
+    assert all(t.dtype == np.float16 for t in _tensors(ok).values())
+
+    # a value beyond float16's 65504 in one tensor
+    model = make_hf_model(vocab_size=VOCAB)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[3, 5] = 7e4
+    model.save_pretrained(tmp_path / "big")
+    assert _run(["from-hf", "--hf", tmp_path / "big", "--out", tmp_path / "bigck"], capsys)[0] == 0
+    bad = tmp_path / "bad"
+    rc, err = _run(["to-hf", "--checkpoint", tmp_path / "bigck", "--out", bad, "--dtype", "float16"], capsys)
+    assert rc == 2
+    assert "model.layers.1.mlp.down_proj.weight" in err and "70000" in err and "float16" in err
+    assert not list(bad.glob("*.safetensors*")), "a refused export must leave no shards behind"
+    assert _run(["to-hf", "--checkpoint", tmp_path / "bigck", "--out", bad, "--dtype", "bfloat16"], capsys)[0] == 0
+
+
+def test_sharded_safetensors_input_via_subprocess(tmp_path):
+    model = make_hf_model(vocab_size=VOCAB)
+    model.save_pretrained(tmp_path / "hf", max_shard_size="200KB")
+    shards = sorted((tmp_path / "hf").glob("model-*.safetensors"))
+    assert len(shards) >= 3 and (tmp_path / "hf" / "model.safetensors.index.json").is_file()
+    p = subprocess.run([sys.executable, "-m", "easylemur.convert", "from-hf", "--hf", str(tmp_path / "hf"),
+                        "--out", str(tmp_path / "ck")], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1])["checkpoint"].endswith("checkpoints/0")
+    ids = _ids(1, 32, seed=5)
+    ref = hf_logits(model, ids)
+    ours = np.asarray(easylemur.load(tmp_path / "ck").logits(ids))
+    assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_pytorch_bin_input(tmp_path):
+    model = make_hf_model(vocab_size=VOCAB)
+    model.config.save_pretrained(tmp_path / "hf")
+    torch.save(model.state_dict(), tmp_path / "hf" / "pytorch_model.bin")
+    assert _run(["from-hf", "--hf", tmp_path / "hf", "--out", tmp_path / "ck"])[0] == 0
+    assert _run(["to-hf", "--checkpoint", tmp_path / "ck", "--out", tmp_path / "out", "--dtype", "float32"])[0] == 0
+    got = _tensors(tmp_path / "out")
+    for name, t in model.state_dict().items():
+        assert np.array_equal(got[name], t.numpy()), name
+
+
+def test_small_max_shard_size_gives_several_shards_transformers_loads(converted, hf_model, tmp_path):
+    from transformers import LlamaForCausalLM
+
+    model, _ = hf_model
+    out = tmp_path / "sharded"
+    assert _run(["to-hf", "--checkpoint", converted, "--out", out, "--dtype", "float32", "--max-shard-size", "300KB"])[0] == 0
+    shards = sorted(out.glob("model-*.safetensors"))
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(shards) >= 4 and {s.name for s in shards} == set(index["weight_map"].values())
+    assert index["metadata"]["total_size"] == sum(t.nbytes for t in _tensors(out).values())
+    # no shard is over the limit unless it holds a single bigger tensor
+    for s in shards:
+        header, _ = hf.read_safetensors_header(s)
+        names = [n for n in header if n != "__metadata__"]
+        assert s.stat().st_size <= 300_000 + 4096 or len(names) == 1, (s.name, names)
+    reloaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32)
+    ids = _ids(1, 16)
+    assert np.array_equal(hf_logits(reloaded, ids), hf_logits(model, ids))
+
+
+def test_scanned_jax_checkpoint_exports_like_unscanned(hf_model, exported_f32, tmp_path):
+    """Checkpoints the train loop writes hold jax.Arrays, possibly scanned (stacked `layers`):
+    to-hf reads layer i as a slice and gives the same files."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    _, src = hf_model
+    cfg = hf.read_hf_config(src)
+    params = hf.scan_params(hf.load_hf_params(src, cfg), cfg.num_layers)
+    params = {k: __import__("jax").tree.map(jnp.asarray, v) for k, v in params.items()}
+    checkpoint.save_params(tmp_path / "scanned", dataclasses.replace(cfg, scan_layers=True), params, DEFAULT_TOKENIZER_PATH)
+    assert _run(["to-hf", "--checkpoint", tmp_path / "scanned", "--out", tmp_path / "out", "--dtype", "float32"])[0] == 0
+    a, b = _tensors(exported_f32), _tensors(tmp_path / "out")
+    assert sorted(a) == sorted(b) and all(_bitwise_equal(a[n], b[n]) for n in a)
+
+
+def test_tied_embeddings_round_trip(tmp_path):
+    model = make_hf_model(vocab_size=VOCAB, tie_word_embeddings=True)
+    model.save_pretrained(tmp_path / "hf")
+    assert _run(["from-hf", "--hf", tmp_path / "hf", "--out", tmp_path / "ck"])[0] == 0
+    assert _run(["to-hf", "--checkpoint", tmp_path / "ck", "--out", tmp_path / "out", "--dtype", "float32"])[0] == 0
+    got = _tensors(tmp_path / "out")
+    assert "lm_head.weight" not in got
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["tie_word_embeddings"] is True
+    ids = _ids(1, 16)
+    ours = np.asarray(easylemur.load(tmp_path / "out").logits(ids))
+    ref = hf_logits(model, ids)
+    assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+CODE_STRINGS = [
+    "def f(x):\n\treturn x  +  1\n\n\n",
+    "    if a == b:\n        print('héllo wörld 1234567')\n",
+    "  leading spaces and trailing   ",
+    "emoji 🦙 and CJK 代码 and\r\nwindows newlines",
+    "{\"key\": [1, 2, 3]}\n#include <stdio.h>\nint main(){return 0;}",
+    "",
+    " ",
+    "\n",
+    "literal <|im_end|> inside text",
+]
+CHATS = [
+    [{"role": "user", "content": "Write a function."}, {"role": "assistant", "content": "def f():\n    pass"}],
+    [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "  spaced\n\tout  "},
+     {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more?"}],
+]
+
+
+def test_auto_tokenizer_encodes_like_easylemur(exported_f32):
+    from transformers import AutoTokenizer
+
+    from easylemur.data.chat import render_chat, render_prompt, render_text
+
+    ours = Tokenizer.load(DEFAULT_TOKENIZER_PATH)
+    theirs = AutoTokenizer.from_pretrained(exported_f32)
+    for s in CODE_STRINGS:
+        assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s), repr(s)
+        assert theirs(s)["input_ids"] == [ours.bos_id] + ours.encode(s), repr(s)
+        assert theirs.decode(ours.encode(s)) == ours.decode(ours.encode(s)), repr(s)
+    for msgs in CHATS:
+        text = theirs.apply_chat_template(msgs, tokenize=False)
+        assert text == theirs.bos_token + render_text(msgs)
+        assert text == "<s>" + "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+        ids = theirs.apply_chat_template(msgs, tokenize=True, return_dict=False)
+        assert list(ids) == render_chat(msgs, ours)[0]
+        prompt = theirs.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=False)
+        assert list(prompt) == render_prompt(msgs, ours)
+        assert theirs.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True).endswith("<|im_start|>assistant\n")
+    gen = json.loads((exported_f32 / "generation_config.json").read_text())
+    assert ours.im_end_id in gen["eos_token_id"] and ours.eos_id in gen["eos_token_id"]
+    from transformers import GenerationConfig
+
+    assert ours.im_end_id in GenerationConfig.from_pretrained(exported_f32).eos_token_id
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _edit_config(d: Path, **changes):
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(changes)
+    (d / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.fixture
+def hf_copy(hf_model, tmp_path):
+    _, src = hf_model
+    d = tmp_path / "hf"
+    shutil.copytree(src, d)
+    return d
+
+
+def test_error_not_llama(hf_copy, tmp_path, capsys):
+    _edit_config(hf_copy, model_type="mistral")
+    rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
+    assert rc == 2 and "model_type" in err and "mistral" in err and "llama" in err
+
+
+def test_error_unsupported_rope_type(hf_copy, tmp_path, capsys):
+    _edit_config(hf_copy, rope_parameters={"rope_theta": 1e4, "rope_type": "yarn", "factor": 2.0})
+    rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
+    assert rc == 2 and "rope_type" in err and "yarn" in err
+
+
+def test_error_missing_shard(tmp_path, capsys):
+    make_hf_model(vocab_size=VOCAB).save_pretrained(tmp_path / "hf", max_shard_size="200KB")
+    victim = sorted((tmp_path / "hf").glob("model-*.safetensors"))[1]
+    victim.unlink()
+    rc, err = _run(["from-hf", "--hf", tmp_path / "hf", "--out", tmp_path / "ck"], capsys)
+    assert rc == 2 and victim.name in err and "missing" in err
+
+
+def test_error_shape_contradicts_config(hf_copy, tmp_path, capsys):
+    _edit_config(hf_copy, num_key_value_heads=4)
+    rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
+    assert rc == 2 and "self_attn.k_proj.weight" in err and "(32, 64)" in err and "(64, 64)" in err
+    assert not (tmp_path / "ck").exists(), "nothing is written before every tensor checks out"
+
+
+def test_error_truncated_safetensors(hf_copy, tmp_path, capsys):
+    f = hf_copy / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-1000])
+    rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
+    assert rc == 2 and "model.safetensors" in err
+
+
+def test_error_messages_for_bad_cli_values(converted, tmp_path, capsys):
+    rc, err = _run(["to-hf", "--checkpoint", tmp_path / "nowhere", "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and "nowhere" in err
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--out", tmp_path / "o", "--max-shard-size", "lots"], capsys)
+    assert rc == 2 and "'lots'" in err
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--step", "7", "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and "step 7" in err
+    rc, err = _run(["from-hf", "--hf", tmp_path / "nothing", "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and "nothing" in err
+    # an existing checkpoint is not silently replaced
+    rc, err = _run(["from-hf", "--hf", converted, "--out", converted], capsys)
+    assert rc == 2
+    with pytest.raises(SystemExit):
+        convert.main(["to-hf", "--checkpoint", str(converted), "--out", str(tmp_path), "--dtype", "int8"])
+    assert "int8" in capsys.readouterr().err
+
+
+def test_existing_output_needs_force(hf_model, converted, capsys):
+    _, src = hf_model
+    rc, err = _run(["from-hf", "--hf", src, "--out", converted], capsys)
+    assert rc == 2 and "--force" in err and "steps 0" in err
+
+
+def test_help_for_each_subcommand():
+    for cmd in ("from-hf", "to-hf"):
+        with pytest.raises(SystemExit) as e:
+            convert.main([cmd, "--help"])
+        assert e.value.code == 0
