@@ -96,7 +96,11 @@ def _streaming_params_handler():
 
             return [future.CommitFutureAwaitingContractedSignals(one_at_a_time(), name="easylemur_lazy_numpy")]
 
-    registry = create_type_handler_registry((hf.LazyArray, LazyNumpyHandler()))
+    import jax
+
+    # jax.Array's handler is there only so orbax keeps writing its array-metadata store, as
+    # it does for save_params; every leaf here is a LazyArray.
+    registry = create_type_handler_registry((jax.Array, type_handlers.ArrayHandler()), (hf.LazyArray, LazyNumpyHandler()))
     impl = ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
     handler = ocp.StandardCheckpointHandler()
     if hasattr(handler, "_impl") and hasattr(handler, "_supported_types"):

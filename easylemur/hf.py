@@ -3,6 +3,10 @@
 Every fact about HF's layout lives here (DESIGN.md §4): Linear weights are [out, in] and Flax
 kernels are their transpose, reshaped so heads are a dimension of their own. The mapping is a
 table of (HF name, param path, to_flax, to_hf), so readers and writers can go tensor by tensor.
+
+Streaming: `index_hf_tensors` reads only headers and hands out TensorSources that read one
+tensor on demand; `LazyArray` (shape + dtype + loader) is what the writers take, so
+`write_sharded_safetensors` and convert's orbax save hold one tensor at a time.
 """
 
 from __future__ import annotations
@@ -468,8 +472,8 @@ def index_hf_tensors(path: str | Path) -> dict[str, TensorSource]:
                 _add_source(sources, src)
         else:
             for name, t in _torch_state(file).items():
-                arr_dtype = _torch_to_numpy(t[:0] if t.ndim else t.reshape(1)[:0]).dtype
-                _add_source(sources, TensorSource(name, tuple(t.shape), np.dtype(arr_dtype), file, tensor=t))
+                dtype = _torch_to_numpy(t.reshape(-1)[:0]).dtype  # an empty view: no data read
+                _add_source(sources, TensorSource(name, tuple(t.shape), np.dtype(dtype), file, tensor=t))
     return sources
 
 

@@ -100,7 +100,7 @@ def test_logits_through_load_on_hf_dir_and_checkpoint(hf_model, converted):
         assert m.tokenizer is not None and m.tokenizer.vocab_size == VOCAB
 
 
-def test_checkpoint_is_the_orbax_format(hf_model, converted):
+def test_checkpoint_is_the_orbax_format(hf_model, converted, tmp_path):
     """Plain orbax restores it, checkpoint.load_params restores it, the params tree is exactly
     the model's, and the step metadata names the same handler save_params records."""
     import jax
@@ -122,6 +122,10 @@ def test_checkpoint_is_the_orbax_format(hf_model, converted):
     assert raw["meta"]["model"]["vocab_size"] == VOCAB
     handlers = json.loads((converted / "checkpoints" / "0" / "_CHECKPOINT_METADATA").read_text())["item_handlers"]
     assert handlers["params"].endswith("StandardCheckpointHandler")
+    # the streaming writer's tree metadata is exactly what checkpoint.save_params writes
+    checkpoint.save_params(tmp_path / "ref", cfg, expected)
+    ours, ref = (json.loads((p / "checkpoints/0/params/_METADATA").read_text()) for p in (converted, tmp_path / "ref"))
+    assert ours == ref
 
 
 def test_bf16_export_equals_bf16_cast_of_original(hf_model, converted, tmp_path):
@@ -147,6 +151,11 @@ def test_bf16_source_stays_bf16_and_round_trips(tmp_path):
     assert _run(["to-hf", "--checkpoint", tmp_path / "ck", "--out", tmp_path / "out"])[0] == 0
     a, b = _tensors(tmp_path / "hf"), _tensors(tmp_path / "out")
     assert sorted(a) == sorted(b) and all(_bitwise_equal(a[n], b[n]) for n in a)
+    # asked for float32 storage instead, the values are the exact upcast
+    assert _run(["from-hf", "--hf", tmp_path / "hf", "--out", tmp_path / "ck32", "--param-dtype", "float32"])[0] == 0
+    cfg32, p32, _ = checkpoint.load_params(tmp_path / "ck32")
+    assert cfg32.param_dtype == "float32" and p32["norm"]["scale"].dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(p32["norm"]["scale"]), np.asarray(params["norm"]["scale"]).astype(np.float32))
 
 
 def test_float16_export_and_overflow_refusal(converted, tmp_path, capsys):
