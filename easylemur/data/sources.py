@@ -1,5 +1,442 @@
-"""PLACEHOLDER (the data work replaces this file)."""
+"""Data sources: per-source config validation, and random-access readers of raw records.
+
+A source config (`data.sources.<name>`) has these keys (defaults filled by `validate_sources`):
+
+  path      a file, glob or directory of JSONL (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files;
+            a directory written by `datasets.Dataset.save_to_disk`; a Hugging Face hub name
+            (streamed, needs a network); or `tfds:NAME` (needs the [tfds] extra)
+  weight    mixing weight (> 0); a source's share of rows equals its share of the weights
+  format    "text" (pre-training documents) or "chat" (conversations rendered in ChatML)
+  field     text format: the record field holding the document (default "text");
+            chat format: the field holding the message list ("" = detect OpenAI `messages`,
+            ShareGPT `conversations`, OpenOrca `system_prompt`/`question`/`response`)
+  kind      "auto" (from path) | "jsonl" | "parquet" | "hf_disk" | "hf_files" | "hf_hub" | "tfds"
+  split     split for HF / TFDS datasets (default "train")
+  hf_config config name for hub datasets ("" = none)
+  data_dir  TFDS data_dir ("" = TFDS default)
+
+Readers return `(where, value)` for an index: `where` names the record ("file:line" for JSONL,
+"file:row N" for Parquet) and `value` is the decoded dict or a `BadRecord`. Malformed input is
+never raised here: the pipeline decides (skip and count, or raise in strict mode).
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import gzip
+import json
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+# kinds of bad records, as counted and reported
+MALFORMED_JSON = "malformed_json"
+MISSING_FIELD = "missing_field"
+NOT_A_STRING = "not_a_string"
+INVALID_UTF8 = "invalid_utf8"
+UNKNOWN_ROLE = "unknown_role"
+EMPTY = "empty"
+NO_TRAINED_TOKENS = "no_trained_tokens"  # chat: nothing left to train on after truncation
+BAD_KINDS = (MALFORMED_JSON, MISSING_FIELD, NOT_A_STRING, INVALID_UTF8, UNKNOWN_ROLE, EMPTY, NO_TRAINED_TOKENS)
+
+SOURCE_DEFAULTS: dict[str, Any] = {
+    "path": "",
+    "weight": 1.0,
+    "format": "text",
+    "field": "",
+    "kind": "auto",
+    "split": "train",
+    "hf_config": "",
+    "data_dir": "",
+}
+FORMATS = ("text", "chat")
+KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
+PARQUET_SUFFIXES = (".parquet",)
 
 
-def validate_sources(sources, prefix):
-    return None
+class DataError(ValueError):
+    """A data problem the run cannot continue past; the message names source, file and line."""
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    kind: str  # one of BAD_KINDS
+    where: str  # "file:line"
+    detail: str = ""
+
+    def describe(self) -> str:
+        return f"{self.where}: {self.kind}" + (f" ({self.detail})" if self.detail else "")
+
+
+# --- config ----------------------------------------------------------------------------------
+
+
+def validate_sources(sources: Any, prefix: str) -> None:
+    """Checks each `<prefix>.<name>` source config and fills the per-source defaults in place.
+
+    Raises easylemur.config.ConfigError naming the offending key."""
+    from easylemur.config import ConfigError
+
+    if sources is None:
+        return
+    if not isinstance(sources, Mapping) and not hasattr(sources, "items"):
+        raise ConfigError(f"config key '{prefix}' must be a mapping of source name -> source config")
+    for name, scfg in list(sources.items()):
+        key = f"{prefix}.{name}"
+        if not hasattr(scfg, "items"):
+            raise ConfigError(f"config key '{key}' must be a mapping with path, weight, format; got {scfg!r}")
+        for k in list(scfg.keys()):
+            if k not in SOURCE_DEFAULTS:
+                raise ConfigError(
+                    f"unknown config key '{key}.{k}' (source keys are {', '.join(SOURCE_DEFAULTS)})"
+                )
+        for k, v in SOURCE_DEFAULTS.items():
+            if k not in scfg:
+                scfg[k] = v
+        if not isinstance(scfg["path"], str) or not scfg["path"]:
+            raise ConfigError(f"config key '{key}.path' must be a non-empty string, got {scfg['path']!r}")
+        w = scfg["weight"]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or w != w or w == float("inf"):
+            raise ConfigError(f"config key '{key}.weight' must be a positive number, got {w!r}")
+        scfg["weight"] = float(w)
+        if scfg["format"] not in FORMATS:
+            raise ConfigError(f"config key '{key}.format' must be 'text' or 'chat', got {scfg['format']!r}")
+        if scfg["kind"] not in KINDS:
+            raise ConfigError(f"config key '{key}.kind' must be one of {', '.join(KINDS)}, got {scfg['kind']!r}")
+        for k in ("field", "split", "hf_config", "data_dir"):
+            if not isinstance(scfg[k], str):
+                raise ConfigError(f"config key '{key}.{k}' must be a string, got {scfg[k]!r}")
+
+
+def source_dict(scfg: Any) -> dict[str, Any]:
+    """A plain dict of one source config with defaults filled (accepts ConfigDict or dict)."""
+    d = dict(SOURCE_DEFAULTS)
+    d.update({k: scfg[k] for k in scfg.keys()})
+    return d
+
+
+# --- path resolution -------------------------------------------------------------------------
+
+
+def _has_suffix(path: str, suffixes: tuple[str, ...]) -> bool:
+    return any(path.endswith(s) for s in suffixes)
+
+
+def resolve_files(path: str, suffixes: tuple[str, ...]) -> list[str]:
+    """Files named by `path` (a file, a glob, or a directory searched recursively), sorted."""
+    if any(c in path for c in "*?["):
+        files = [f for f in globlib.glob(path, recursive=True) if os.path.isfile(f)]
+    elif os.path.isdir(path):
+        files = [
+            os.path.join(root, f)
+            for root, _, names in os.walk(path)
+            for f in names
+            if _has_suffix(f, suffixes)
+        ]
+    elif os.path.isfile(path):
+        files = [path]
+    else:
+        files = []
+    return sorted(files)
+
+
+def detect_kind(path: str) -> str:
+    if path.startswith("tfds:"):
+        return "tfds"
+    p = Path(path)
+    if p.is_dir() and any((p / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json")):
+        return "hf_disk"
+    if resolve_files(path, PARQUET_SUFFIXES) and not resolve_files(path, JSONL_SUFFIXES):
+        return "parquet"
+    if resolve_files(path, JSONL_SUFFIXES):
+        return "jsonl"
+    if p.exists() or any(c in path for c in "*?["):
+        raise DataError(f"{path}: no .jsonl[.gz|.zst] or .parquet files found")
+    if "/" in path and not path.startswith((".", "/")) and path.count("/") == 1:
+        return "hf_hub"
+    raise DataError(f"{path}: no such file or directory (and not a hub dataset name like 'org/name')")
+
+
+# --- JSONL -----------------------------------------------------------------------------------
+
+
+def _read_bytes(path: str) -> bytes | mmap.mmap:
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    if path.endswith(".zst"):
+        import zstandard
+
+        with open(path, "rb") as f:
+            # stream_reader copes with frames that do not record their content size
+            return zstandard.ZstdDecompressor().stream_reader(f).read()
+    size = os.path.getsize(path)
+    if size == 0:
+        return b""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _line_index(buf: bytes | mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, line numbers) of the non-empty lines of `buf`, found with numpy."""
+    n = len(buf)
+    if n == 0:
+        e = np.zeros(0, np.int64)
+        return e, e, e
+    nl = np.flatnonzero(np.frombuffer(buf, np.uint8) == 10).astype(np.int64)
+    starts = np.concatenate([[0], nl + 1])
+    ends = np.concatenate([nl, [n]])
+    keep = ends > starts
+    lines = np.arange(1, len(starts) + 1, dtype=np.int64)
+    return starts[keep], ends[keep], lines[keep]
+
+
+class JsonlSource:
+    """Random access to the records of JSONL files. Compressed files are decompressed into
+    memory once per process (use uncompressed JSONL, Parquet or HF datasets for corpora that do
+    not fit); uncompressed files are memory-mapped."""
+
+    def __init__(self, files: list[str]):
+        self.files = list(files)
+        starts, ends, lines, fidx = [], [], [], []
+        self._bufs: dict[int, Any] = {}
+        for i, f in enumerate(self.files):
+            buf = _read_bytes(f)
+            s, e, ln = _line_index(buf)
+            starts.append(s), ends.append(e), lines.append(ln)
+            fidx.append(np.full(len(s), i, np.int32))
+            self._bufs[i] = buf
+        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+        self._starts = cat(starts, np.int64)
+        self._ends = cat(ends, np.int64)
+        self._lines = cat(lines, np.int64)
+        self._file = cat(fidx, np.int32)
+
+    def __getstate__(self):
+        # Workers reopen the files themselves: mmaps do not pickle and buffers would be copied.
+        state = dict(self.__dict__)
+        state["_bufs"] = {}
+        return state
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def _buf(self, i: int):
+        buf = self._bufs.get(i)
+        if buf is None:
+            buf = self._bufs[i] = _read_bytes(self.files[i])
+        return buf
+
+    def where(self, index: int) -> str:
+        return f"{self.files[self._file[index]]}:{self._lines[index]}"
+
+    def __getitem__(self, index: int) -> tuple[str, Any]:
+        fi = int(self._file[index])
+        raw = self._buf(fi)[int(self._starts[index]) : int(self._ends[index])]
+        where = f"{self.files[fi]}:{self._lines[index]}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return where, BadRecord(INVALID_UTF8, where, str(e))
+        if not line.strip():
+            return where, None  # a blank line is not a record
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            return where, BadRecord(MALFORMED_JSON, where, str(e))
+        if not isinstance(value, dict):
+            return where, BadRecord(MALFORMED_JSON, where, f"expected a JSON object, got {type(value).__name__}")
+        return where, value
+
+
+# --- Parquet ---------------------------------------------------------------------------------
+
+
+class ParquetSource:
+    """Random access to Parquet rows. Each process loads a file's needed columns on first
+    access (row groups would be decoded over and over under a global shuffle)."""
+
+    def __init__(self, files: list[str], columns: list[str] | None):
+        import pyarrow.parquet as pq
+
+        self.files = list(files)
+        self.columns = columns
+        counts = [pq.ParquetFile(f).metadata.num_rows for f in self.files]
+        self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._tables: dict[int, Any] = {}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_tables"] = {}
+        return state
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def _table(self, fi: int):
+        t = self._tables.get(fi)
+        if t is None:
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(self.files[fi])
+            cols = None if self.columns is None else [c for c in self.columns if c in schema.names]
+            t = self._tables[fi] = pq.read_table(self.files[fi], columns=cols, memory_map=True)
+        return t
+
+    def __getitem__(self, index: int) -> tuple[str, Any]:
+        fi = int(np.searchsorted(self._offsets, index, side="right") - 1)
+        row = index - int(self._offsets[fi])
+        where = f"{self.files[fi]}:row {row}"
+        t = self._table(fi)
+        rec = {}
+        for name in t.column_names:
+            v = t.column(name)[row].as_py()
+            if isinstance(v, bytes):
+                try:
+                    v = v.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    return where, BadRecord(INVALID_UTF8, where, f"column {name!r}: {e}")
+            rec[name] = v
+        return where, rec
+
+
+# --- Hugging Face datasets (random access) and TFDS ------------------------------------------
+
+
+class IndexableSource:
+    """Any random-access dataset of dicts (a `datasets.Dataset`, a `tfds.data_source`)."""
+
+    def __init__(self, data: Any, label: str, decode_bytes: bool = False):
+        self.data = data
+        self.label = label
+        self.decode_bytes = decode_bytes
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[str, Any]:
+        where = f"{self.label}:row {index}"
+        rec = self.data[int(index)]
+        if not isinstance(rec, dict):
+            return where, BadRecord(MALFORMED_JSON, where, f"expected a dict, got {type(rec).__name__}")
+        if self.decode_bytes:
+            rec = dict(rec)
+            for k, v in rec.items():
+                if isinstance(v, np.ndarray) and v.dtype == object and v.shape == ():
+                    v = v.item()
+                if isinstance(v, bytes):
+                    try:
+                        rec[k] = v.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        return where, BadRecord(INVALID_UTF8, where, f"field {k!r}: {e}")
+        return where, rec
+
+
+def _hf_disk(path: str, split: str):
+    import datasets
+
+    ds = datasets.load_from_disk(path)
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise DataError(f"{path}: split {split!r} not in the saved DatasetDict (has {sorted(ds)})")
+        ds = ds[split]
+    return ds
+
+
+def _hf_files(path: str, split: str):
+    import datasets
+
+    jsonl, parquet = resolve_files(path, JSONL_SUFFIXES), resolve_files(path, PARQUET_SUFFIXES)
+    builder, files = ("parquet", parquet) if parquet else ("json", jsonl)
+    if not files:
+        raise DataError(f"{path}: no data files for Hugging Face datasets")
+    return datasets.load_dataset(builder, data_files={split: files}, split=split)
+
+
+def open_source(scfg: Mapping[str, Any]) -> Any:
+    """A random-access reader (len + getitem -> (where, record)) for one source config, or a
+    `StreamSpec` for streamed hub datasets (handled by the pipeline as an iterable source)."""
+    path, kind = scfg["path"], scfg["kind"]
+    if kind == "auto":
+        kind = detect_kind(path)
+    if kind == "jsonl":
+        files = resolve_files(path, JSONL_SUFFIXES)
+        if not files:
+            raise DataError(f"{path}: no .jsonl, .jsonl.gz or .jsonl.zst files")
+        return JsonlSource(files)
+    if kind == "parquet":
+        files = resolve_files(path, PARQUET_SUFFIXES)
+        if not files:
+            raise DataError(f"{path}: no .parquet files")
+        cols = None
+        if scfg["format"] == "text" or scfg["field"]:
+            cols = [scfg["field"] or "text"]
+        return ParquetSource(files, cols)
+    if kind == "hf_disk":
+        return IndexableSource(_hf_disk(path, scfg["split"]), path)
+    if kind == "hf_files":
+        return IndexableSource(_hf_files(path, scfg["split"]), path)
+    if kind == "hf_hub":
+        return StreamSpec(path, scfg["hf_config"], scfg["split"])
+    if kind == "tfds":
+        try:
+            import tensorflow_datasets as tfds  # optional extra: pip install easylemur[tfds]
+        except ImportError as e:
+            raise DataError(f"{path}: TFDS sources need tensorflow-datasets (pip install 'easylemur[tfds]')") from e
+        name = path[len("tfds:"):] if path.startswith("tfds:") else path
+        src = tfds.data_source(name, split=scfg["split"], data_dir=scfg["data_dir"] or None)
+        return IndexableSource(src, f"tfds:{name}[{scfg['split']}]", decode_bytes=True)
+    raise DataError(f"{path}: unknown source kind {kind!r}")
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A hub dataset read with `datasets.load_dataset(..., streaming=True)` (no random access)."""
+
+    name: str
+    config: str
+    split: str
+
+    def open(self, shard_index: int, shard_count: int, seed: int | None):
+        import datasets
+        from datasets.distributed import split_dataset_by_node
+
+        ds = datasets.load_dataset(self.name, self.config or None, split=self.split, streaming=True)
+        if seed is not None:
+            ds = ds.shuffle(seed=seed, buffer_size=10_000)
+        if shard_count > 1:
+            ds = split_dataset_by_node(ds, rank=shard_index, world_size=shard_count)
+        return ds
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def iter_jsonl_texts(path: str | Path, field: str | None) -> Iterator[str]:
+    """Every string under `field` (or, with field=None, every string anywhere in the record) of
+    the JSONL files at `path`, skipping bad lines. Used to build the tokenizer's training text."""
+
+    def strings(v):
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from strings(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from strings(x)
+
+    src = JsonlSource(resolve_files(str(path), JSONL_SUFFIXES))
+    for i in range(len(src)):
+        _, rec = src[i]
+        if not isinstance(rec, dict):
+            continue
+        if field is None:
+            yield from strings({k: v for k, v in rec.items() if k not in ("id", "path", "license", "language", "task", "origin", "source", "topic")})
+        elif isinstance(rec.get(field), str):
+            yield rec[field]

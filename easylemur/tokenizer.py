@@ -1,0 +1,212 @@
+"""sentencepiece tokenizer wrapper with the ChatML special tokens, and vocabulary extension.
+
+    python -m easylemur.tokenizer extend --model llama2/tokenizer.model --out extended.model
+    python -m easylemur.tokenizer info [--model PATH]
+
+The ChatML markers `<|im_start|>` and `<|im_end|>` are USER_DEFINED pieces of the sentencepiece
+model, not CONTROL pieces: sentencepiece then recognises them in raw text, exactly as Hugging
+Face's tokenizer recognises its added tokens, so `Tokenizer.encode(rendered_chat)` and
+`AutoTokenizer.from_pretrained(dir)(rendered_chat)` give the same ids. (A CONTROL piece would
+be split into characters by sentencepiece but matched whole by HF.) The cost is that a literal
+"<|im_end|>" in user content becomes the special token; HF's chat template does the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+CHATML_TOKENS = (IM_START, IM_END)
+DEFAULT_TOKENIZER_PATH = str(Path(__file__).resolve().parents[1] / "tokenizer" / "easylemur_bpe.model")
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+class Tokenizer:
+    """A sentencepiece model plus the ids the pipeline and generation need."""
+
+    def __init__(self, model_path: str, model_proto: bytes | None = None):
+        self.model_path = str(model_path)
+        if model_proto is None:
+            with open(self.model_path, "rb") as f:
+                model_proto = f.read()
+        self._proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.vocab_size: int = self.sp.get_piece_size()
+        self.bos_id: int = self.sp.bos_id()
+        self.eos_id: int = self.sp.eos_id()
+        unk = self.sp.unk_id()
+        # No pad piece (Llama-2): padded positions are masked everywhere, so any id will do; unk
+        # never occurs in byte-fallback encodings, which keeps padding easy to spot.
+        self.pad_id: int = self.sp.pad_id() if self.sp.pad_id() >= 0 else unk
+        ids = [self.sp.piece_to_id(t) for t in CHATML_TOKENS]
+        ok = [i != unk and self.sp.id_to_piece(i) == t for i, t in zip(ids, CHATML_TOKENS)]
+        self.im_start_id: int | None = ids[0] if ok[0] else None
+        self.im_end_id: int | None = ids[1] if ok[1] else None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None) -> "Tokenizer":
+        """Loads a sentencepiece `.model` file, or a directory holding `tokenizer.model`
+        (HF export, easylemur checkpoint); None = the model shipped in tokenizer/."""
+        path = DEFAULT_TOKENIZER_PATH if path is None else os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "tokenizer.model")
+        if not os.path.isfile(path):
+            raise TokenizerError(f"tokenizer model {path} does not exist")
+        return cls(path)
+
+    # pickling (grain worker processes): ship the model bytes, not the C++ object
+    def __getstate__(self):
+        return {"model_path": self.model_path, "proto": self._proto}
+
+    def __setstate__(self, state):
+        self.__init__(state["model_path"], state["proto"])
+
+    @property
+    def has_chatml(self) -> bool:
+        return self.im_start_id is not None and self.im_end_id is not None
+
+    def require_chatml(self) -> None:
+        if not self.has_chatml:
+            raise TokenizerError(
+                f"tokenizer {self.model_path} has no {IM_START}/{IM_END} pieces; add them with "
+                f"`python -m easylemur.tokenizer extend --model {self.model_path} --out NEW.model`"
+            )
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS."""
+        return self.sp.encode(text)
+
+    def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
+        return self.sp.encode(list(texts), num_threads=num_threads)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode([int(i) for i in ids])
+
+    def id_to_piece(self, i: int) -> str:
+        return self.sp.id_to_piece(int(i))
+
+    def piece_to_id(self, piece: str) -> int:
+        return self.sp.piece_to_id(piece)
+
+    def save_hf(self, out_dir: str | os.PathLike, chat_template: str | None = None) -> None:
+        """Writes tokenizer.model, tokenizer_config.json and special_tokens_map.json so that
+        `transformers.AutoTokenizer.from_pretrained(out_dir)` encodes exactly like `encode`
+        (no BOS added by the template-free call is the caller's choice: add_bos_token=True
+        mirrors how easylemur feeds documents; the chat template writes BOS itself)."""
+        if chat_template is None:
+            from easylemur.data.chat import CHAT_TEMPLATE
+
+            chat_template = CHAT_TEMPLATE if self.has_chatml else None
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.model_path, out / "tokenizer.model") if os.path.abspath(
+            self.model_path
+        ) != os.path.abspath(out / "tokenizer.model") else None
+        piece = self.id_to_piece
+        added = {}
+        for i in sorted({self.sp.unk_id(), self.bos_id, self.eos_id, self.pad_id}
+                        | ({self.im_start_id, self.im_end_id} if self.has_chatml else set())):
+            if i is None or i < 0:
+                continue
+            added[str(i)] = {"content": piece(i), "lstrip": False, "rstrip": False,
+                             "normalized": False, "single_word": False, "special": True}
+        cfg = {
+            "tokenizer_class": "LlamaTokenizer",
+            "model_max_length": 1 << 30,
+            "bos_token": piece(self.bos_id),
+            "eos_token": piece(self.eos_id),
+            "unk_token": piece(self.sp.unk_id()),
+            "pad_token": piece(self.pad_id),
+            "add_bos_token": True,
+            "add_eos_token": False,
+            # the shipped model has no dummy prefix; a Llama-2 model has one: follow the model
+            "add_prefix_space": self._add_dummy_prefix(),
+            "legacy": False,
+            "clean_up_tokenization_spaces": False,
+            "spaces_between_special_tokens": False,
+            "added_tokens_decoder": added,
+        }
+        if chat_template:
+            cfg["chat_template"] = chat_template
+        (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+        special = {k: cfg[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        if self.has_chatml:
+            special["additional_special_tokens"] = list(CHATML_TOKENS)
+        (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+
+    def _add_dummy_prefix(self) -> bool:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+
+        m = pb.ModelProto()
+        m.ParseFromString(self._proto)
+        return bool(m.normalizer_spec.add_dummy_prefix)
+
+
+def extend_model(model_path: str, out_path: str, tokens: Sequence[str] = CHATML_TOKENS) -> dict:
+    """Appends `tokens` (those missing) as USER_DEFINED pieces; returns a report dict.
+
+    New ids go after the existing vocabulary, so the embedding and LM head grow by the number
+    of added pieces and every existing id keeps its meaning (train.extend_vocab does the rest)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    m = pb.ModelProto()
+    with open(model_path, "rb") as f:
+        m.ParseFromString(f.read())
+    existing = {p.piece for p in m.pieces}
+    old_size = len(m.pieces)
+    added = {}
+    for t in tokens:
+        if t in existing:
+            continue
+        p = m.pieces.add()
+        p.piece = t
+        p.score = 0.0
+        p.type = pb.ModelProto.SentencePiece.USER_DEFINED
+        added[t] = len(m.pieces) - 1
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path, "wb") as f:
+        f.write(m.SerializeToString())
+    tok = Tokenizer(out_path)  # proves the result loads
+    return {"model": str(out_path), "old_vocab_size": old_size, "vocab_size": tok.vocab_size,
+            "added": added, "im_start_id": tok.im_start_id, "im_end_id": tok.im_end_id}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m easylemur.tokenizer", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ext = sub.add_parser("extend", help="add the ChatML tokens to a sentencepiece model and report the new vocabulary size")
+    ext.add_argument("--model", required=True, help="input sentencepiece .model (e.g. Llama-2's tokenizer.model)")
+    ext.add_argument("--out", required=True, help="where to write the extended .model")
+    ext.add_argument("--tokens", nargs="*", default=list(CHATML_TOKENS), help="pieces to add (default: the ChatML markers)")
+    info = sub.add_parser("info", help="print vocabulary size and special ids")
+    info.add_argument("--model", default=None, help="sentencepiece .model (default: the shipped one)")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "extend":
+            print(json.dumps(extend_model(args.model, args.out, args.tokens)))
+        else:
+            t = Tokenizer.load(args.model)
+            print(json.dumps({"model": t.model_path, "vocab_size": t.vocab_size, "bos_id": t.bos_id,
+                              "eos_id": t.eos_id, "pad_id": t.pad_id, "im_start_id": t.im_start_id,
+                              "im_end_id": t.im_end_id}))
+    except (OSError, TokenizerError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
