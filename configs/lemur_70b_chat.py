@@ -22,7 +22,8 @@ def get_config() -> ConfigDict:
     c.train = ConfigDict({
         "batch_size": 128,  # ASSUMED
         "steps": 4700,  # ASSUMED: ~2 epochs of 300K conversations packed ~1.5 per 4096-token row
-        "extend_vocab": True,  # add <|im_start|>/<|im_end|> if the tokenizer lacks them
+        "extend_vocab": True,
+        "loss_chunk": 1024,  # add <|im_start|>/<|im_end|> if the tokenizer lacks them
     })
     c.optimizer = ConfigDict({"lr": 2e-5, "warmup_steps": 100, "schedule": "cosine", "end_lr": 2e-6,
                               "weight_decay": 0.0, "b1": 0.9, "b2": 0.95, "clip_norm": 1.0})  # ASSUMED

@@ -34,6 +34,7 @@ def get_config() -> ConfigDict:
         "batch_size": 512,  # ASSUMED: one 4096-token row per device, ~2.1M tokens per step
         "steps": 43000,  # 90e9 tokens / (512 x 4096)
         "grad_accum": 1,
+        "loss_chunk": 1024,  # the [4096, 32000] float32 logits and their gradient never exist whole
     })
     c.optimizer = ConfigDict({
         "lr": 4e-5,  # ASSUMED: a low continued-pre-training rate so Llama-2's text ability survives

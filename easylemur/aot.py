@@ -67,7 +67,7 @@ def compile_for_topology(cfg, topology: str) -> dict:
     }
     batch_abs["source"] = jax.ShapeDtypeStruct((B,), jnp.int32, sharding=sharding.batch_sharding(mesh, 1))
     step = jax.jit(
-        make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss),
+        make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss, cfg.train.loss_chunk),
         in_shardings=(state_sh, {k: v.sharding for k, v in batch_abs.items()}),
         out_shardings=(state_sh, None), donate_argnums=(0,),
     )
@@ -86,7 +86,9 @@ def compile_for_topology(cfg, topology: str) -> dict:
     mem = compiled.memory_analysis()
     used = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
             + mem.temp_size_in_bytes + getattr(mem, "generated_code_size_in_bytes", 0))
-    return {**result, "bytes_per_device": int(used), "hbm_bytes_per_device": hbm, "fits": bool(used <= hbm)}
+    breakdown = {k: int(getattr(mem, f"{k}_size_in_bytes", 0)) for k in ("argument", "output", "alias", "temp", "generated_code")}
+    return {**result, "bytes_per_device": int(used), "hbm_bytes_per_device": hbm, "fits": bool(used <= hbm),
+            "breakdown": breakdown}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -36,6 +36,9 @@ def default_config() -> ConfigDict:
     c.data.seq_len = 256
     c.data.strict = False  # True: the first bad record raises, naming file and line
     c.data.tokenizer = ""  # sentencepiece model; "": init.from's, else the shipped one
+    # independent data streams making up each global batch (0: one per process); fix it to
+    # keep the batches identical when the number of hosts changes
+    c.data.shards = 0
     c.data.prefetch = 2  # grain worker processes for the pipeline (0: in-process)
     c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see data.sources
     c.data.eval_sources = ConfigDict()  # same shape; held-out data for eval loss (optional)
@@ -45,6 +48,7 @@ def default_config() -> ConfigDict:
     c.train.batch_size = 8  # global rows per optimizer step
     c.train.grad_accum = 1  # micro-batches per step; batch_size must divide by it
     c.train.z_loss = 0.0
+    c.train.loss_chunk = 0  # >0: LM head + loss over this many positions at a time (long rows, big vocab)
     c.train.nan_policy = "stop"  # "stop" | "skip"
     c.train.extend_vocab = False  # add the ChatML tokens (and grow embeddings) when init.from lacks them
 

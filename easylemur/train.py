@@ -25,7 +25,7 @@ from ml_collections import ConfigDict
 
 from easylemur import checkpoint, hf, sharding
 from easylemur.config import ConfigError, load_config, model_config, to_json
-from easylemur.loss import token_loss_sum
+from easylemur.loss import head_loss_sum, token_loss_sum
 from easylemur.metrics import MetricsWriter, flops_per_token, peak_flops
 from easylemur.models.llama import Llama, LlamaConfig, init_params, param_shardings
 from easylemur.optim import make_optimizer
@@ -42,15 +42,25 @@ class TrainingError(RuntimeError):
 # ----------------------------------------------------------------------------- the step
 
 
-def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformation, grad_accum: int, z_loss: float) -> Callable:
+def lm_head_kernel(params: dict, cfg: LlamaConfig) -> jax.Array:
+    """[d, V]: the LM head, or the transposed embedding when tied."""
+    return params["embed_tokens"]["embedding"].T if cfg.tie_word_embeddings else params["lm_head"]["kernel"]
+
+
+def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformation, grad_accum: int, z_loss: float,
+                    loss_chunk: int = 0) -> Callable:
     """(state, batch) -> (state, metrics). state = {"params", "opt_state"}. The loss is the
     mean over every trained token of the global batch, across micro-batches too: token-loss
     sums and token counts are accumulated, and divided once."""
     model = Llama(model_cfg, mesh)
+    compute = jnp.dtype(model_cfg.dtype)
 
     def loss_sum(params, mb):
-        logits = model.apply({"params": params}, mb["input_ids"], mb["positions"], mb["segment_ids"])
-        return token_loss_sum(logits, mb, z_loss)
+        # Mixed precision: cast the sharded float32 params once, so FSDP all-gathers move
+        # compute-dtype weights (half the bytes in bf16); gradients flow back to float32.
+        params = jax.tree.map(lambda p: p.astype(compute) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+        hidden, _ = model.apply({"params": params}, mb["input_ids"], mb["positions"], mb["segment_ids"], return_hidden=True)
+        return head_loss_sum(hidden, lm_head_kernel(params, model_cfg), mb, z_loss, loss_chunk)
 
     grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
 
@@ -77,7 +87,7 @@ def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformati
         denom = jnp.maximum(n, 1.0)
         grads = jax.tree.map(lambda g, p: (g / denom).astype(p.dtype), grads, params)
         loss = lsum / denom
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, new_opt = tx.update(grads, state["opt_state"], params)
         new_params = optax.apply_updates(params, updates)
@@ -254,12 +264,7 @@ def train(cfg: ConfigDict) -> dict:
         (workdir / "config.json").write_text(to_json(cfg))
 
     # -- data
-    from easylemur.data.pipeline import make_pipeline
-
-    data = make_pipeline(
-        cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
-        process_index=jax.process_index(), process_count=jax.process_count(), mesh=mesh,
-    )
+    data = DataShards(cfg, tokenizer, mesh)
     if meta is not None and meta.get("data_state") is not None:
         data.set_state(meta["data_state"])
     names = list(data.source_names)
@@ -269,7 +274,7 @@ def train(cfg: ConfigDict) -> dict:
     # -- compiled steps
     batch_sh = sharding.batch_sharding(mesh)
     step_fn = jax.jit(
-        make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss),
+        make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss, cfg.train.loss_chunk),
         in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,),
     )
     count_fn = jax.jit(lambda b: source_tokens(b, len(names)))
@@ -359,6 +364,64 @@ def train(cfg: ConfigDict) -> dict:
         writer.close()
         progress.close()
     return {"step": step, **last, "tokens": tokens_seen}
+
+
+class DataShards:
+    """The global batch as `data.shards` independent data streams (default: one per process),
+    row block s of every batch from stream s. Each process reads only its streams; with
+    data.shards fixed, the global batches are the same for any process count that divides it.
+    State: every stream's, gathered so process 0 saves all of them."""
+
+    def __init__(self, cfg: ConfigDict, tokenizer, mesh):
+        from easylemur.data.pipeline import make_pipeline
+
+        P, p = jax.process_count(), jax.process_index()
+        S = cfg.data.shards or P
+        if S % P:
+            raise ConfigError(f"data.shards={S} must be a multiple of the process count {P}")
+        self.mesh, self.num_shards = mesh, S
+        self.mine = list(range(p * S // P, (p + 1) * S // P))
+        self.streams = [
+            make_pipeline(cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
+                          process_index=s, process_count=S)
+            for s in self.mine
+        ]
+        self.source_names = self.streams[0].source_names
+
+    def __next__(self) -> dict:
+        parts = [next(it) for it in self.streams]
+        local = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+        return sharding.host_local_to_global(local, self.mesh)
+
+    def get_state(self) -> dict:
+        mine = {str(s): it.get_state() for s, it in zip(self.mine, self.streams)}
+        return {"shards": self.num_shards, "streams": _allgather_json(mine)}
+
+    def set_state(self, state: dict) -> None:
+        if state.get("shards") != self.num_shards:
+            raise ConfigError(
+                f"the checkpoint's data state has {state.get('shards')} shards but data.shards resolves to "
+                f"{self.num_shards}; resume with --config.data.shards={state.get('shards')}"
+            )
+        for s, it in zip(self.mine, self.streams):
+            it.set_state(state["streams"][str(s)])
+
+
+def _allgather_json(obj: dict) -> dict:
+    """Merges every process's dict (JSON-able) into one, on every process."""
+    if jax.process_count() == 1:
+        return obj
+    from jax.experimental import multihost_utils
+
+    raw = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+    sizes = multihost_utils.process_allgather(np.array([raw.size], np.int64))
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[: raw.size] = raw
+    every = multihost_utils.process_allgather(padded)
+    out: dict = {}
+    for row, n in zip(every, sizes.reshape(-1)):
+        out.update(json.loads(bytes(row[: int(n)]).decode()))
+    return out
 
 
 def _grow_vocab(params, model_cfg: LlamaConfig, tokenizer, mesh):

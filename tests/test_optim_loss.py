@@ -8,7 +8,7 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from easylemur.config import default_config
-from easylemur.loss import target_weights, token_loss_sum
+from easylemur.loss import head_loss_sum, target_weights, token_loss_sum
 from easylemur.models.llama import PRESETS, init_params
 from easylemur.optim import decay_mask, make_optimizer, schedule
 
@@ -67,3 +67,22 @@ def test_schedule_warmup_and_decay():
     opt.schedule = "linear"
     s = schedule(opt, 110)
     assert abs(float(s(60)) - 0.55) < 1e-6
+
+
+def test_chunked_head_loss_equals_full_logits():
+    from easylemur.models.llama import Llama
+
+    cfg = dataclasses.replace(PRESETS["tiny"], num_layers=1, vocab_size=301)
+    params = init_params(cfg, jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    b = {"input_ids": jnp.asarray(rng.integers(0, 301, (2, 32))),
+         "loss_mask": jnp.asarray(rng.integers(0, 2, (2, 32))),
+         "segment_ids": jnp.asarray(np.array([[1] * 20 + [2] * 12, [1] * 30 + [0] * 2]))}
+    model = Llama(cfg)
+    logits = model.apply({"params": params}, b["input_ids"])
+    hidden, _ = model.apply({"params": params}, b["input_ids"], return_hidden=True)
+    ref_s, ref_n = token_loss_sum(logits, b)
+    for chunk in (0, 8):
+        s, n = head_loss_sum(hidden, params["lm_head"]["kernel"], b, chunk=chunk)
+        assert n == ref_n
+        np.testing.assert_allclose(s, ref_s, rtol=1e-6)
