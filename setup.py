@@ -25,7 +25,7 @@ setup(
         "protobuf>=4",
     ],
     extras_require={
-        "test": ["pytest>=8", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15"],
+        "test": ["pytest>=8", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0"],
         "tpu": ["jax[tpu]>=0.10.0"],
         "tfds": ["tensorflow-datasets>=4.9"],
     },
