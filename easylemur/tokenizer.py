@@ -43,6 +43,20 @@ class Tokenizer:
                 model_proto = f.read()
         self._proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        # For models with a dummy prefix (Llama-2's), text that follows a special token must be
+        # encoded without it: HF (Metaspace, prepend_scheme "first") prepends "▁" only at the
+        # very start of the input, never after <|im_start|> etc. A copy of the model with the
+        # flag off encodes such continuations identically otherwise.
+        self.add_dummy_prefix = self._proto_flag("add_dummy_prefix")
+        if self.add_dummy_prefix:
+            from sentencepiece import sentencepiece_model_pb2 as pb
+
+            m = pb.ModelProto()
+            m.ParseFromString(model_proto)
+            m.normalizer_spec.add_dummy_prefix = False
+            self._sp_cont = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+        else:
+            self._sp_cont = self.sp
         self.vocab_size: int = self.sp.get_piece_size()
         self.bos_id: int = self.sp.bos_id()
         self.eos_id: int = self.sp.eos_id()
@@ -84,9 +98,11 @@ class Tokenizer:
                 f"`python -m easylemur.tokenizer extend --model {self.model_path} --out NEW.model`"
             )
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without BOS/EOS."""
-        return self.sp.encode(text)
+    def encode(self, text: str, *, continuation: bool = False) -> list[int]:
+        """Token ids of `text`, without BOS/EOS. continuation=True: `text` follows a special
+        token (ChatML rendering), so no dummy prefix is added (matters only for models that
+        have one, such as Llama-2's; the shipped model has none)."""
+        return (self._sp_cont if continuation else self.sp).encode(text)
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         return self.sp.encode(list(texts), num_threads=num_threads)
@@ -132,7 +148,7 @@ class Tokenizer:
             "add_bos_token": True,
             "add_eos_token": False,
             # the shipped model has no dummy prefix; a Llama-2 model has one: follow the model
-            "add_prefix_space": self._add_dummy_prefix(),
+            "add_prefix_space": self.add_dummy_prefix,
             "legacy": False,
             "clean_up_tokenization_spaces": False,
             "spaces_between_special_tokens": False,
@@ -146,12 +162,12 @@ class Tokenizer:
             special["additional_special_tokens"] = list(CHATML_TOKENS)
         (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
 
-    def _add_dummy_prefix(self) -> bool:
+    def _proto_flag(self, name: str) -> bool:
         from sentencepiece import sentencepiece_model_pb2 as pb
 
         m = pb.ModelProto()
         m.ParseFromString(self._proto)
-        return bool(m.normalizer_spec.add_dummy_prefix)
+        return bool(getattr(m.normalizer_spec, name))
 
 
 def extend_model(model_path: str, out_path: str, tokens: Sequence[str] = CHATML_TOKENS) -> dict:

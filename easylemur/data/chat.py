@@ -13,6 +13,7 @@ CHAT_TEMPLATE; tests/test_chat.py checks that equality.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Sequence
 
 from easylemur.data.sources import EMPTY, MISSING_FIELD, NOT_A_STRING, UNKNOWN_ROLE
@@ -118,8 +119,9 @@ def to_messages(record: Mapping[str, Any], field: str | None = None) -> list[Mes
 
 def _turn(message: Mapping[str, str], tokenizer) -> tuple[list[int], list[int]]:
     role, content = message["role"], message["content"]
-    head = [tokenizer.im_start_id] + tokenizer.encode(role + "\n")
-    body = tokenizer.encode(content) + [tokenizer.im_end_id] + tokenizer.encode("\n")
+    enc = functools.partial(tokenizer.encode, continuation=True)
+    head = [tokenizer.im_start_id] + enc(role + "\n")
+    body = enc(content) + [tokenizer.im_end_id] + enc("\n")
     trained = 1 if role == "assistant" else 0
     return head + body, [0] * len(head) + [trained] * len(body)
 
@@ -138,7 +140,7 @@ def render_chat(messages: Sequence[Mapping[str, str]], tokenizer) -> tuple[list[
 def render_prompt(messages: Sequence[Mapping[str, str]], tokenizer) -> list[int]:
     """Prompt ids for generation: BOS + the turns + `<|im_start|>assistant\\n`."""
     ids, _ = render_chat(messages, tokenizer)
-    return ids + [tokenizer.im_start_id] + tokenizer.encode("assistant\n")
+    return ids + [tokenizer.im_start_id] + tokenizer.encode("assistant\n", continuation=True)
 
 
 def render_text(messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = False) -> str:

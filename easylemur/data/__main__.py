@@ -1,0 +1,159 @@
+"""python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--config.a.b=v ...]
+
+Shows what the model will see: the first N packed rows of the training mixture, built by the
+same pipeline (same seed, batch size, seq_len and prefetch workers) the train loop uses.
+
+--format json (default): one JSON object per row with `source` (mixture component),
+`input_ids`, `loss_mask` (1 where that token is a trained target), `segment_ids`, `positions`
+and `trained_text` (decoded text of each run of trained tokens, special tokens written out).
+--format text: each row's segments decoded, trained spans between ⟦ and ⟧.
+Bad-record counts go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+USAGE = "python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--config.KEY=VALUE ...]"
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m easylemur.data", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("preview", help="print the first packed rows the model will see", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter, usage=USAGE)
+    p.add_argument("--config", required=True, help="config file (configs/NAME.py)")
+    p.add_argument("--rows", type=int, default=4, help="number of rows to show (default 4)")
+    p.add_argument("--format", choices=("json", "text"), default="json", help="output format (default json)")
+    return ap
+
+
+def _split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`--config.a.b=v` / `--config.a.b v` -> overrides; the rest goes to argparse."""
+    rest, overrides = [], []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--config."):
+            body = a[len("--config."):]
+            if "=" not in body:
+                if i + 1 >= len(argv):
+                    raise SystemExit(f"error: {a} needs a value (--config.KEY=VALUE)")
+                body, i = f"{body}={argv[i + 1]}", i + 1
+            overrides.append(body)
+        else:
+            rest.append(a)
+        i += 1
+    return rest, overrides
+
+
+def _load_tokenizer(cfg):
+    try:  # the train loop's choice (data.tokenizer, init.from's tokenizer, else the shipped one)
+        from easylemur.train import load_tokenizer
+    except ImportError:
+        load_tokenizer = None
+    from easylemur.tokenizer import Tokenizer
+
+    if load_tokenizer is not None:
+        try:
+            return load_tokenizer(cfg)
+        except Exception as e:  # e.g. init.from names a run that has not been trained yet
+            if cfg.data.get("tokenizer"):
+                raise
+            print(f"easylemur.data: {e}; previewing with the shipped tokenizer", file=sys.stderr)
+
+    return Tokenizer.load(cfg.data.get("tokenizer") or None)
+
+
+def text_view(row: dict, tokenizer) -> str:
+    ids, mask, seg = row["input_ids"], row["loss_mask"], row["segment_ids"]
+    out, cur, cur_m, last_seg = [], [], None, None
+
+    def flush():
+        if cur:
+            t = tokenizer.decode(cur)
+            out.append(f"⟦{t}⟧" if cur_m else t)
+
+    for t, m, s in zip(ids, mask, seg):
+        if s == 0:
+            break
+        if s != last_seg:
+            flush()
+            cur, cur_m = [], None
+            out.append(f"\n--- segment {s} ---\n")
+            last_seg = s
+        if m != cur_m:
+            flush()
+            cur, cur_m = [], m
+        cur.append(t)
+    flush()
+    pad = sum(1 for s in seg if s == 0)
+    return "".join(out) + (f"\n--- padding: {pad} tokens ---" if pad else "")
+
+
+def preview(config: str, overrides: list[str], rows: int, fmt: str, out=sys.stdout) -> int:
+    from easylemur.config import load_config
+    from easylemur.data.pipeline import decode_trained_spans, make_pipeline
+
+    cfg = load_config(config, overrides)
+    tokenizer = _load_tokenizer(cfg)
+    it = make_pipeline(cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed)
+    shown = 0
+    try:
+        while shown < rows:
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            for b in range(batch["input_ids"].shape[0]):
+                if shown >= rows:
+                    break
+                src = int(batch["source"][b])
+                row = {
+                    "row": shown,
+                    "source": it.source_names[src] if src >= 0 else None,
+                    "input_ids": batch["input_ids"][b].tolist(),
+                    "loss_mask": batch["loss_mask"][b].tolist(),
+                    "segment_ids": batch["segment_ids"][b].tolist(),
+                    "positions": batch["positions"][b].tolist(),
+                }
+                row["trained_text"] = decode_trained_spans(row["input_ids"], row["loss_mask"], tokenizer)
+                if fmt == "json":
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                else:
+                    n_tr, n_tok = sum(row["loss_mask"]), sum(1 for s in row["segment_ids"] if s)
+                    out.write(f"=== row {shown}  source={row['source']}  tokens={n_tok}  trained={n_tr}  "
+                              f"segments={max(row['segment_ids'])} ===")
+                    out.write(text_view(row, tokenizer) + "\n\n")
+                shown += 1
+        out.flush()
+    finally:
+        it.print_report()
+        it.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest, overrides = _split_overrides(argv)
+    args = _parser().parse_args(rest)
+    from easylemur.config import ConfigError
+    from easylemur.data.sources import DataError
+
+    try:
+        if args.rows < 1:
+            raise SystemExit("error: --rows must be at least 1")
+        return preview(args.config, overrides, args.rows, args.format)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
