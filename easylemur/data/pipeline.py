@@ -75,12 +75,19 @@ class Tokenize(grain.transforms.Map):
             return None
         if isinstance(rec, BadRecord):
             return self._bad(rec.kind, rec.where, rec.detail)
+        if self.fmt == "text":
+            return self._text(where, rec)
+        return self._chat(where, rec)
+
+    def _not_utf8(self, text: str) -> str | None:
+        """JSON escapes can smuggle lone surrogates ("\\ud800") into a str: not encodable."""
+        if text.isascii():
+            return None
         try:
-            if self.fmt == "text":
-                return self._text(where, rec)
-            return self._chat(where, rec)
-        except UnicodeEncodeError as e:  # lone surrogates from JSON "\ud800" escapes
-            return self._bad(INVALID_UTF8, where, str(e))
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return str(e)
+        return None
 
     def _text(self, where: str, rec: dict) -> dict[str, np.ndarray] | BadRecord:
         if self.field not in rec:
@@ -90,6 +97,8 @@ class Tokenize(grain.transforms.Map):
             return self._bad(NOT_A_STRING, where, f"field {self.field!r} is {type(text).__name__}")
         if not text.strip():
             return self._bad(EMPTY, where, f"field {self.field!r} is empty")
+        if (err := self._not_utf8(text)) is not None:
+            return self._bad(INVALID_UTF8, where, err)
         tok = self.tokenizer
         enc = tok.encode(text)
         n = len(enc) + 2
@@ -104,6 +113,9 @@ class Tokenize(grain.transforms.Map):
             msgs = chatlib.to_messages(rec, self.field or None)
         except chatlib.ChatFormatError as e:
             return self._bad(e.kind, where, str(e).split(": ", 1)[-1])
+        for m in msgs:
+            if (err := self._not_utf8(m["content"])) is not None:
+                return self._bad(INVALID_UTF8, where, err)
         out = chatlib.render_truncated(msgs, self.tokenizer, self.seq_len)
         if out is None:
             return self._bad(NO_TRAINED_TOKENS, where, f"no assistant token within seq_len={self.seq_len}")
@@ -554,7 +566,7 @@ def make_pipeline(
         # A plain map hides the batch from grain's shared-memory output path: small batches
         # pickle cheaply, and shared-memory blocks still buffered at exit are reported as leaks.
         ds = ds.map(_identity)
-        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=prefetch, per_worker_buffer_size=2))
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=prefetch, per_worker_buffer_size=8))
     return DataIterator(ds, names, tokenizer, mesh, tokenizer.pad_id)
 
 

@@ -103,7 +103,6 @@ def validate_sources(sources: Any, prefix: str) -> None:
         w = scfg["weight"]
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or w != w or w == float("inf"):
             raise ConfigError(f"config key '{key}.weight' must be a positive number, got {w!r}")
-        scfg["weight"] = float(w)
         if scfg["format"] not in FORMATS:
             raise ConfigError(f"config key '{key}.format' must be 'text' or 'chat', got {scfg['format']!r}")
         if scfg["kind"] not in KINDS:
@@ -151,6 +150,8 @@ def detect_kind(path: str) -> str:
     p = Path(path)
     if p.is_dir() and any((p / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json")):
         return "hf_disk"
+    if p.is_file():
+        return "parquet" if _has_suffix(path, PARQUET_SUFFIXES) else "jsonl"
     if resolve_files(path, PARQUET_SUFFIXES) and not resolve_files(path, JSONL_SUFFIXES):
         return "parquet"
     if resolve_files(path, JSONL_SUFFIXES):
@@ -351,7 +352,9 @@ def _hf_disk(path: str, split: str):
 def _hf_files(path: str, split: str):
     import datasets
 
-    jsonl, parquet = resolve_files(path, JSONL_SUFFIXES), resolve_files(path, PARQUET_SUFFIXES)
+    files = resolve_files(path, JSONL_SUFFIXES + PARQUET_SUFFIXES)
+    parquet = [f for f in files if _has_suffix(f, PARQUET_SUFFIXES)]
+    jsonl = [f for f in files if f not in parquet]
     builder, files = ("parquet", parquet) if parquet else ("json", jsonl)
     if not files:
         raise DataError(f"{path}: no data files for Hugging Face datasets")
