@@ -174,6 +174,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
         if not hasattr(module, "get_config"):
             raise ConfigError(f"config file {path} defines no get_config()")
         _merge(cfg, module.get_config(), "", _OPEN_KEYS)
+    from easylemur.data.sources import validate_sources
+
+    # fill per-source defaults first, so every source key can be overridden
+    validate_sources(cfg.data.sources, "data.sources")
+    validate_sources(cfg.data.eval_sources, "data.eval_sources")
     for item in overrides:
         apply_override(cfg, item)
     validate(cfg)

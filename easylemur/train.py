@@ -445,17 +445,27 @@ def evaluate(cfg: ConfigDict, tokenizer, mesh, eval_fn, params) -> float:
 
     if not cfg.data.eval_sources:
         return float("nan")
-    it = make_pipeline(
-        cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
-        process_index=jax.process_index(), process_count=jax.process_count(),
-        sources=cfg.data.eval_sources, shuffle=False, repeat=False, mesh=mesh,
-    )
+    data_cfg = ConfigDict(cfg.data.to_dict())
+    data_cfg.prefetch = 0  # a few batches: worker processes would cost more than they save
     total, count = 0.0, 0.0
-    for i, batch in enumerate(it):
-        if i >= cfg.eval.batches:
-            break
-        s, n = jax.device_get(eval_fn(params, batch))
-        total, count = total + float(s), count + float(n)
+    with make_pipeline(
+        data_cfg, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
+        process_index=jax.process_index(), process_count=jax.process_count(),
+        sources=cfg.data.eval_sources, shuffle=False, repeat=False,
+    ) as it:
+        # every process runs exactly eval.batches steps, feeding rows that train nothing once
+        # its share of the data ends, so the collectives stay in step across hosts
+        empty = None
+        for _ in range(cfg.eval.batches):
+            try:
+                local = next(it)
+                empty = {k: np.zeros_like(v) for k, v in local.items()}
+            except StopIteration:
+                if empty is None:
+                    raise ConfigError("data.eval_sources yields no batch on this process") from None
+                local = empty
+            s, n = jax.device_get(eval_fn(params, sharding.host_local_to_global(local, mesh)))
+            total, count = total + float(s), count + float(n)
     return total / count if count else float("nan")
 
 

@@ -47,3 +47,8 @@ def test_unknown_key_in_config_file(tmp_path):
 def test_batch_must_divide_by_accumulation():
     with pytest.raises(ConfigError, match="grad_accum"):
         load_config("configs/tiny_pretrain.py", ["train.batch_size=6", "train.grad_accum=4"])
+
+
+def test_every_source_key_can_be_overridden():
+    cfg = load_config("configs/tiny_pretrain.py", ["data.sources.code.field=content"])
+    assert cfg.data.sources.code.field == "content"

@@ -417,9 +417,7 @@ def test_dummy_prefix_tokenizer_leading_space_or_marker(dummy_prefix_export, s):
     assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s)
 
 
-@pytest.mark.xfail(strict=True, reason="render_chat encodes role/content/'\\n' separately, each with a dummy "
-                   "'▁'; HF's chat template tokenizes the whole text (issue for data/chat.py owner)")
-def test_dummy_prefix_tokenizer_chat_mismatch(dummy_prefix_export):
+def test_dummy_prefix_tokenizer_chat_matches(dummy_prefix_export):
     from easylemur.data.chat import render_chat
 
     ours, theirs = dummy_prefix_export
