@@ -131,8 +131,7 @@ def load_params(path: str | Path, step: int | None = None, shardings: Any = None
             raise CheckpointError(f"{directory / str(step)}: meta has no model config")
         saved_cfg = model_config_from_json(meta["model"])
         pdt = overrides.get("param_dtype", saved_cfg.param_dtype)
-        store_cfg = dataclasses.replace(saved_cfg, param_dtype=saved_cfg.param_dtype)
-        params, _, _ = restore(mngr, step, abstract_params(store_cfg, shardings))
+        params, _, _ = restore(mngr, step, abstract_params(saved_cfg, shardings))
     finally:
         mngr.close()
     cfg = dataclasses.replace(saved_cfg, **overrides)

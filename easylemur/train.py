@@ -170,18 +170,31 @@ def put_global(host_tree: Any, shardings: Any) -> Any:
 
 
 def initial_params(cfg: ConfigDict, model_cfg: LlamaConfig, mesh, shardings, tokenizer) -> Any:
+    """Random (sharded) params, or the params of init.from in the run's layout and shardings.
+
+    An easylemur checkpoint is restored straight into shards (no host ever holds the whole
+    model) and restacked on device when its layout (scan_layers) differs from the run's. An HF
+    directory is read on each host: convert big models with `convert from-hf` first."""
     src = cfg.init["from"]
     if not src:
         return init_params(model_cfg, jax.random.PRNGKey(cfg.seed), mesh)
     pdt = jnp.dtype(model_cfg.param_dtype)
     if hf.is_hf_dir(src):
         host = hf.load_hf_params(src, hf.read_hf_config(src), dtype=pdt)
-    else:
-        _, host, _ = checkpoint.load_params(src, param_dtype=model_cfg.param_dtype)
-        host = jax.device_get(host)
-    if model_cfg.scan_layers:
-        host = hf.scan_params(host, model_cfg.num_layers)
-    return put_global(host, shardings)
+        if model_cfg.scan_layers:
+            host = hf.scan_params(host, model_cfg.num_layers)
+        return put_global(host, shardings)
+    saved = source_model_config(src)
+    layout = dataclasses.replace(model_cfg, scan_layers=saved.scan_layers, vocab_size=saved.vocab_size)
+    _, params, _ = checkpoint.load_params(
+        src, shardings=param_shardings(dataclasses.replace(layout, param_dtype=saved.param_dtype), mesh),
+        param_dtype=model_cfg.param_dtype,
+    )
+    if saved.scan_layers != model_cfg.scan_layers:
+        restack = hf.scan_params if model_cfg.scan_layers else hf.unscan_params
+        target = param_shardings(dataclasses.replace(layout, scan_layers=model_cfg.scan_layers), mesh)
+        params = jax.jit(lambda p: restack(p, model_cfg.num_layers, xp=jnp), out_shardings=target)(params)
+    return params
 
 
 def check_vocab(model_cfg: LlamaConfig, tokenizer) -> None:
@@ -425,18 +438,13 @@ def _allgather_json(obj: dict) -> dict:
 
 
 def _grow_vocab(params, model_cfg: LlamaConfig, tokenizer, mesh):
+    """Embedding and LM head grown on device to the tokenizer's size (new rows: the mean)."""
     from easylemur.vocab import extend_vocab
 
-    host = jax.device_get(params)
-    scanned = model_cfg.scan_layers
-    if scanned:
-        host = hf.unscan_params(host, model_cfg.num_layers)
-    host, grown = extend_vocab(host, dataclasses.replace(model_cfg, scan_layers=False), tokenizer.vocab_size)
-    grown = dataclasses.replace(grown, scan_layers=scanned)
-    if scanned:
-        host = hf.scan_params(host, grown.num_layers)
+    grown_params, grown = extend_vocab(params, model_cfg, tokenizer.vocab_size)
     sh = param_shardings(grown, mesh)
-    return put_global(host, sh), grown, sh
+    print(f"vocabulary grown from {model_cfg.vocab_size} to {grown.vocab_size} (ChatML tokens)", flush=True)
+    return jax.device_put(grown_params, sh), grown, sh
 
 
 def evaluate(cfg: ConfigDict, tokenizer, mesh, eval_fn, params) -> float:

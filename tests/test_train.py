@@ -219,3 +219,22 @@ def test_nan_loss_stops_with_message(tmp_path):
                                 "optimizer.warmup_steps=0", "optimizer.schedule=constant"], check=False)
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     assert "stopping" in p.stderr and "last good state" in p.stderr
+
+
+def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
+    """init.from an HF model (vocab smaller than the tokenizer's): converted with from-hf, then
+    trained unscanned and scanned (restacked on device) with the vocabulary grown: same losses."""
+    from easylemur import convert
+    from hf_models import make_hf_model
+
+    make_hf_model(vocab_size=4000, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=512).save_pretrained(tmp_path / "hf")
+    assert convert.main(["from-hf", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ckpt")]) in (0, None)
+    o = ["train.steps=2", "checkpoint.every=100", f"init.from={tmp_path / 'ckpt'}", "train.extend_vocab=true"]
+    runs = {}
+    for scan in ("false", "true"):
+        p = _run(tmp_path / f"scan_{scan}", o + [f"model.scan_layers={scan}"])
+        assert "vocabulary grown from 4000 to 4096" in p.stdout
+        runs[scan] = _losses(tmp_path / f"scan_{scan}")
+    for s in (1, 2):
+        assert abs(runs["false"][s] - runs["true"][s]) <= 1e-5 * runs["false"][s]
