@@ -9,6 +9,11 @@ Face's tokenizer recognises its added tokens, so `Tokenizer.encode(rendered_chat
 `AutoTokenizer.from_pretrained(dir)(rendered_chat)` give the same ids. (A CONTROL piece would
 be split into characters by sentencepiece but matched whole by HF.) The cost is that a literal
 "<|im_end|>" in user content becomes the special token; HF's chat template does the same.
+
+`Tokenizer.encode` follows HF where sentencepiece and HF differ, since HF/vLLM serve the
+exported model: for dummy-prefix models (Llama-2's), "▁" is prepended only at the very start of
+the input and not before a leading space or marker (HF's Metaspace, prepend_scheme "first").
+tests/test_tokenizer.py compares the two over many random strings, for both kinds of model.
 """
 
 from __future__ import annotations
@@ -43,16 +48,17 @@ class Tokenizer:
                 model_proto = f.read()
         self._proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
-        # For models with a dummy prefix (Llama-2's), text that follows a special token must be
-        # encoded without it: HF (Metaspace, prepend_scheme "first") prepends "▁" only at the
-        # very start of the input, never after <|im_start|> etc. A copy of the model with the
-        # flag off encodes such continuations identically otherwise.
-        self.add_dummy_prefix = self._proto_flag("add_dummy_prefix")
-        if self.add_dummy_prefix:
-            from sentencepiece import sentencepiece_model_pb2 as pb
+        # Models with a dummy prefix (Llama-2's) follow HF's rule, not sentencepiece's (see
+        # `encode`): a copy of the model with the flag off encodes everything but the start.
+        from sentencepiece import sentencepiece_model_pb2 as pb
 
-            m = pb.ModelProto()
-            m.ParseFromString(model_proto)
+        m = pb.ModelProto()
+        m.ParseFromString(model_proto)
+        self.add_dummy_prefix = bool(m.normalizer_spec.add_dummy_prefix)
+        # USER_DEFINED pieces (the ChatML markers, ...) are matched in raw text by sentencepiece
+        # and, as added tokens, by HF
+        self._user_defined = tuple(p.piece for p in m.pieces if p.type == pb.ModelProto.SentencePiece.USER_DEFINED)
+        if self.add_dummy_prefix:
             m.normalizer_spec.add_dummy_prefix = False
             self._sp_cont = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
         else:
@@ -98,14 +104,38 @@ class Tokenizer:
                 f"`python -m easylemur.tokenizer extend --model {self.model_path} --out NEW.model`"
             )
 
+    def _prefixed(self, text: str) -> bool:
+        """Whether HF's Metaspace (prepend_scheme "first") prepends "▁" to `text` as a whole
+        input: only a dummy-prefix model, and only when the text starts neither with a space
+        (it becomes the "▁") nor "▁", nor with an added token (then the first piece of text is
+        not at offset 0). Empty text gets nothing."""
+        return bool(text) and text[0] not in " \u2581" and not text.startswith(self._user_defined)
+
     def encode(self, text: str, *, continuation: bool = False) -> list[int]:
-        """Token ids of `text`, without BOS/EOS. continuation=True: `text` follows a special
-        token (ChatML rendering), so no dummy prefix is added (matters only for models that
-        have one, such as Llama-2's; the shipped model has none)."""
-        return (self._sp_cont if continuation else self.sp).encode(text)
+        """Token ids of `text`, without BOS/EOS, exactly as the HF tokenizer `save_hf` writes
+        encodes it (`AutoTokenizer(text, add_special_tokens=False)`).
+
+        For a dummy-prefix model (Llama-2's) that is HF's rule, not sentencepiece's: "▁" is
+        prepended only at the very start of the input, and not when the text starts with a
+        space (" hi" is "▁hi", where sentencepiece gives "▁▁hi") or with an added token such as
+        <|im_start|> (sentencepiece puts a lone "▁" before it). continuation=True: `text`
+        follows other text or a special token (ChatML rendering), so no "▁" is prepended at all.
+        The shipped model has no dummy prefix: both rules are plain sentencepiece.
+
+        Literal "<s>", "</s>", "<unk>", "<pad>" stay text (bytes), where HF matches them as
+        BOS/EOS/...: a code model must not learn to emit EOS where a program prints "</s>"."""
+        if not continuation and self._sp_cont is not self.sp and self._prefixed(text):
+            return self.sp.encode(text)
+        return self._sp_cont.encode(text)
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
-        return self.sp.encode(list(texts), num_threads=num_threads)
+        """`[encode(t) for t in texts]`, in one call (sentencepiece's batch API, `num_threads`)."""
+        texts = list(texts)
+        if self._sp_cont is self.sp:
+            return self.sp.encode(texts, num_threads=num_threads)
+        # dummy prefix: the texts HF prefixes with "▁" get a leading space (identical to
+        # sentencepiece's dummy prefix), the others none
+        return self._sp_cont.encode([" " + t if self._prefixed(t) else t for t in texts], num_threads=num_threads)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.sp.decode([int(i) for i in ids])
@@ -161,13 +191,6 @@ class Tokenizer:
         if self.has_chatml:
             special["additional_special_tokens"] = list(CHATML_TOKENS)
         (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
-
-    def _proto_flag(self, name: str) -> bool:
-        from sentencepiece import sentencepiece_model_pb2 as pb
-
-        m = pb.ModelProto()
-        m.ParseFromString(self._proto)
-        return bool(getattr(m.normalizer_spec, name))
 
 
 def extend_model(model_path: str, out_path: str, tokens: Sequence[str] = CHATML_TOKENS) -> dict:

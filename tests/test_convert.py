@@ -409,8 +409,8 @@ def test_dummy_prefix_tokenizer_plain_text_agrees(dummy_prefix_export):
         assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s), repr(s)
 
 
-@pytest.mark.xfail(strict=True, reason="sentencepiece prepends the dummy '▁' to text that starts with a space "
-                   "or a ChatML marker; HF does not (issue for tokenizer.py owner)")
+# (sentencepiece itself prepends the dummy '▁' to text that starts with a space or a ChatML
+# marker; HF does not, and Tokenizer.encode follows HF)
 @pytest.mark.parametrize("s", [" hello", "<|im_start|>user\nhi<|im_end|>\n"])
 def test_dummy_prefix_tokenizer_leading_space_or_marker(dummy_prefix_export, s):
     ours, theirs = dummy_prefix_export

@@ -91,10 +91,28 @@ def test_hf_autotokenizer_agrees(tok, tmp_path):
     transformers = pytest.importorskip("transformers")
     tok.save_hf(tmp_path)
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
-    for text in CODE + [(ROOT / "easylemur" / "tokenizer.py").read_text()]:
+    for text in CODE:
         assert hf.encode(text, add_special_tokens=False) == tok.encode(text), text[:40]
+    # this source file writes "<s>" and "</s>", which encode keeps as text (see below)
+    text = (ROOT / "easylemur" / "tokenizer.py").read_text()
+    assert "</s>" in text and hf.encode(text, add_special_tokens=False) != tok.encode(text)
+    assert _hf_literal_specials(hf, text) == tok.encode(text)
     assert hf.encode("hi") == [tok.bos_id] + tok.encode("hi")
     assert hf.convert_tokens_to_ids(list(CHATML_TOKENS)) == [tok.im_start_id, tok.im_end_id]
+
+
+def _hf_literal_specials(hf, text: str) -> list[int]:
+    """HF's ids of `text` for a model without dummy prefix, with "<s>", "</s>", ... read as
+    text (split_special_tokens) but the ChatML markers still matched."""
+    import re
+
+    out = []
+    for part in re.split("(<\\|im_start\\|>|<\\|im_end\\|>)", text):
+        if part in CHATML_TOKENS:
+            out += hf.convert_tokens_to_ids([part])
+        elif part:
+            out += hf.encode(part, add_special_tokens=False, split_special_tokens=True)
+    return out
 
 
 def _plain_model(tmp_path) -> Path:
@@ -138,3 +156,126 @@ def test_extend_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "easylemur.tokenizer", "extend", "--model", str(tmp_path / "nope"),
                         "--out", str(tmp_path / "y.model")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode != 0 and "nope" in r.stderr
+
+
+# --- HF parity over many strings, for the shipped model and a Llama-2-style (dummy-prefix) one --
+
+
+def _dummy_prefix_model(tmp_path) -> Tokenizer:
+    """A small BPE trained on the sample code corpus with Llama-2's add_dummy_prefix=True (and
+    the lossless settings otherwise), extended with the ChatML pieces."""
+    from easylemur.data.sources import iter_jsonl_texts
+
+    lines = []
+    for text in iter_jsonl_texts(ROOT / "data" / "samples" / "code", "text"):
+        lines += [l for l in text.split("\n") if l.strip()]
+        if len(lines) > 3000:
+            break
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=proto, model_type="bpe", vocab_size=600,
+        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        split_digits=True, allow_whitespace_only_pieces=True, add_dummy_prefix=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2, num_threads=1)
+    (tmp_path / "base.model").write_bytes(proto.getvalue())
+    extend_model(str(tmp_path / "base.model"), str(tmp_path / "tokenizer.model"))
+    tok = Tokenizer(str(tmp_path / "tokenizer.model"))
+    assert tok.add_dummy_prefix and tok.has_chatml
+    return tok
+
+
+@pytest.fixture(scope="module", params=["shipped", "dummy_prefix"])
+def tok_pair(request, tmp_path_factory):
+    """(our Tokenizer, AutoTokenizer of its save_hf export)."""
+    transformers = pytest.importorskip("transformers")
+    d = tmp_path_factory.mktemp(request.param)
+    ours = Tokenizer.load() if request.param == "shipped" else _dummy_prefix_model(d)
+    assert ours.add_dummy_prefix == (request.param == "dummy_prefix")
+    ours.save_hf(d / "hf")
+    return ours, transformers.AutoTokenizer.from_pretrained(str(d / "hf"))
+
+
+_CORPUS = None
+
+
+def _random_strings(n: int, seed: int) -> list[str]:
+    """Random mixes of whitespace, code, non-ASCII text and ChatML markers (whole and broken),
+    with the awkward cases (leading/trailing space, marker first, empty) over-represented."""
+    import random
+
+    global _CORPUS
+    if _CORPUS is None:
+        from easylemur.data.sources import iter_jsonl_texts
+
+        _CORPUS = [t for _, t in zip(range(50), iter_jsonl_texts(ROOT / "data" / "samples" / "code", "text"))]
+    rng = random.Random(seed)
+    ws = [" ", "  ", "    ", "\n", "\n\n", "\t", "\t\t", "\r\n", " \n", "\n    ", "\u2581", "\u3000", "\u00a0"]
+    marks = ["<|im_start|>", "<|im_end|>", "<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n",
+             "<|im_", "|>", "<|im_end", "< |im_start|>"]
+    words = ["hello", "def", "x = 1", "return x", "12345", "3.14", "if (a && b) {", "}", "print('hi')",
+             "# comment", "é", "日本語", "🎉", "Grüße", "naïve café", "\u200b", "Ωμέγα", "ё", "—", "$HOME"]
+
+    def frag():
+        r = rng.random()
+        if r < 0.3:
+            return rng.choice(ws)
+        if r < 0.45:
+            return rng.choice(marks)
+        if r < 0.75:
+            return rng.choice(words)
+        t = rng.choice(_CORPUS)
+        i = rng.randrange(len(t))
+        return t[i : i + rng.randrange(1, 80)]
+
+    out = ["", " ", "  ", "\n", "\u2581", " hello", "hello ", "<|im_start|>", "<|im_start|><|im_end|>",
+           " <|im_end|>", "<|im_end|> ", "\n<|im_start|>user\nhi<|im_end|>\n", "é", " é", "\t x"]
+    while len(out) < n:
+        parts = [frag() for _ in range(rng.randrange(1, 9))]
+        if rng.random() < 0.3:  # start with whitespace or a marker
+            parts.insert(0, rng.choice(ws + marks[:5]))
+        out.append("".join(parts))
+    return out
+
+
+def test_hf_parity_random_strings(tok_pair):
+    ours, hf = tok_pair
+    texts = _random_strings(600, seed=0)
+    theirs = hf(texts, add_special_tokens=False)["input_ids"]
+    bad = [(t, h, ours.encode(t)) for t, h in zip(texts, theirs) if h != ours.encode(t)]
+    assert not bad, f"{len(bad)} of {len(texts)} differ, e.g. {bad[0][0]!r}: HF " \
+        f"{hf.convert_ids_to_tokens(bad[0][1])} ours {[ours.id_to_piece(i) for i in bad[0][2]]}"
+    assert ours.encode_batch(texts, num_threads=2) == theirs
+    assert hf(texts[:50])["input_ids"] == [[ours.bos_id] + t for t in theirs[:50]]  # add_bos_token
+    if not ours.add_dummy_prefix:  # the shipped model is lossless, markers included (a literal
+        # "▁" is sentencepiece's space: it decodes as " ", in HF too)
+        for t in texts:
+            assert ours.decode(ours.encode(t)) == t.replace("\u2581", " ") == hf.decode(ours.encode(t)).replace("\u2581", " ")
+
+
+def test_hf_parity_random_chats(tok_pair):
+    import random
+
+    from easylemur.data.chat import render_chat, render_prompt
+
+    ours, hf = tok_pair
+    rng = random.Random(1)
+    contents = _random_strings(200, seed=2)
+    for _ in range(60):
+        msgs = [{"role": rng.choice(["system", "user", "assistant"]), "content": rng.choice(contents)}
+                for _ in range(rng.randrange(1, 5))]
+        assert list(hf.apply_chat_template(msgs, tokenize=True, return_dict=False)) == render_chat(msgs, ours)[0], msgs
+        assert list(hf.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
+                                           return_dict=False)) == render_prompt(msgs, ours), msgs
+
+
+def test_literal_bos_eos_strings_stay_text(tok_pair):
+    """The one deliberate difference: HF matches "<s>", "</s>", "<unk>", "<pad>" in raw text as
+    the special ids; encode keeps them as text, so a code model trained on NLP code never learns
+    to emit EOS (which ends generation) where a program writes "</s>"."""
+    ours, hf = tok_pair
+    has_pad = ours.id_to_piece(ours.pad_id) == "<pad>"
+    for s in ["x = '</s>'", "<s>hi", "<unk>"] + ["tokens: <pad> <pad>"] * has_pad:
+        ids = ours.encode(s)
+        assert not {ours.bos_id, ours.eos_id, ours.sp.unk_id(), ours.pad_id} & set(ids)
+        assert hf(s, add_special_tokens=False)["input_ids"] != ids  # (HF's rule, pinned)
+        assert ours.decode(ids) == s or ours.add_dummy_prefix
