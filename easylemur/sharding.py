@@ -171,7 +171,15 @@ def initialize_distributed(
             num_processes=num_processes or None,
             process_id=None if process_id < 0 else process_id,
         )
-    elif os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):
-        hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
-        if len([h for h in hosts.split(",") if h]) > 1:
-            jax.distributed.initialize()
+    elif _on_tpu_vm():
+        # jax finds the pod's coordinator, process count and index from the TPU VM metadata;
+        # on a single-host TPU VM this is one process and costs nothing.
+        jax.distributed.initialize()
+
+
+def _on_tpu_vm() -> bool:
+    import glob
+
+    if os.environ.get("JAX_PLATFORMS", "") not in ("", "tpu"):
+        return False
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_WORKER_HOSTNAMES"))
