@@ -3,7 +3,8 @@
     python bench/data_throughput.py [--config configs/tiny_pretrain.py] [--prefetch 0 2] [--seconds 10]
 
 raw: `Tokenizer.encode` over every document of the config's sources, already decoded in memory,
-one thread. pipeline: `make_pipeline` (read, parse, tokenize, pack, mix, batch; with the given
+one thread (the reference for ratio_to_raw). raw_array: the same with `Tokenizer.encode_array`
+(ids as a numpy buffer, what the pipeline calls), the reference for ratio_to_raw_array. pipeline: `make_pipeline` (read, parse, tokenize, pack, mix, batch; with the given
 numbers of prefetch worker processes), steady state after a warm-up, counting non-padding
 tokens. Prints one JSON line per setting with tokens/s and the ratio pipeline/raw.
 """
@@ -19,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def raw_rate(cfg, tok, seconds: float) -> float:
+def raw_rate(cfg, tok, seconds: float, array: bool = False) -> float:
     from easylemur.data.sources import open_source, source_dict
 
     texts = []
@@ -31,10 +32,11 @@ def raw_rate(cfg, tok, seconds: float) -> float:
             _, rec = src[i]
             if isinstance(rec, dict) and isinstance(rec.get(field), str):
                 texts.append(rec[field])
+    enc = tok.encode_array if array else tok.encode
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for t in texts:
-            n += len(tok.encode(t))
+            n += len(enc(t))
     return n / (time.perf_counter() - t0)
 
 
@@ -72,10 +74,13 @@ def main() -> None:
     tok = Tokenizer.load(cfg.data.get("tokenizer") or None)
     raw = raw_rate(cfg, tok, args.seconds)
     print(json.dumps({"what": "raw sentencepiece encode", "tokens_per_s": round(raw)}), flush=True)
+    raw_array = raw_rate(cfg, tok, args.seconds, array=True)
+    print(json.dumps({"what": "raw sentencepiece encode, numpy ids", "tokens_per_s": round(raw_array)}), flush=True)
     for p in args.prefetch:
         r = pipeline_rate(cfg, tok, p, args.seconds, args.batch_size)
         print(json.dumps({"what": "pipeline", "prefetch": p, "seq_len": cfg.data.seq_len, "cpus": os.cpu_count(),
-                          "tokens_per_s": round(r), "ratio_to_raw": round(r / raw, 3)}), flush=True)
+                          "batch_size": args.batch_size, "tokens_per_s": round(r), "ratio_to_raw": round(r / raw, 3),
+                          "ratio_to_raw_array": round(r / raw_array, 3)}), flush=True)
 
 
 if __name__ == "__main__":

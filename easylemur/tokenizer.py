@@ -24,14 +24,21 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import sentencepiece as spm
+
+if TYPE_CHECKING:
+    import numpy as np
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 CHATML_TOKENS = (IM_START, IM_END)
 DEFAULT_TOKENIZER_PATH = str(Path(__file__).resolve().parents[1] / "tokenizer" / "easylemur_bpe.model")
+
+
+# sentencepiece >= 0.2.1 returns ids as a numpy buffer (return_type="numpy"); older ones as lists
+_NUMPY_OUT = "numpy" in getattr(spm, "_ENCODE_DISPATCH", {}).get(False, {})
 
 
 class TokenizerError(ValueError):
@@ -127,6 +134,16 @@ class Tokenizer:
         if not continuation and self._sp_cont is not self.sp and self._prefixed(text):
             return self.sp.encode(text)
         return self._sp_cont.encode(text)
+
+    def encode_array(self, text: str, *, continuation: bool = False) -> np.ndarray:
+        """`encode` as an int32 numpy array, straight from sentencepiece's buffer (no Python
+        ints): what the data pipeline uses."""
+        sp = self.sp if not continuation and self._sp_cont is not self.sp and self._prefixed(text) else self._sp_cont
+        if _NUMPY_OUT:
+            return sp.encode(text, return_type="numpy")
+        import numpy as np
+
+        return np.asarray(sp.encode(text), np.int32)
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         """`[encode(t) for t in texts]`, in one call (sentencepiece's batch API, `num_threads`)."""

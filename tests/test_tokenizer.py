@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
@@ -245,6 +246,8 @@ def test_hf_parity_random_strings(tok_pair):
     assert not bad, f"{len(bad)} of {len(texts)} differ, e.g. {bad[0][0]!r}: HF " \
         f"{hf.convert_ids_to_tokens(bad[0][1])} ours {[ours.id_to_piece(i) for i in bad[0][2]]}"
     assert ours.encode_batch(texts, num_threads=2) == theirs
+    arrays = [ours.encode_array(t) for t in texts]
+    assert all(a.dtype == np.int32 for a in arrays) and [a.tolist() for a in arrays] == theirs
     assert hf(texts[:50])["input_ids"] == [[ours.bos_id] + t for t in theirs[:50]]  # add_bos_token
     if not ours.add_dummy_prefix:  # the shipped model is lossless, markers included (a literal
         # "▁" is sentencepiece's space: it decodes as " ", in HF too)

@@ -100,7 +100,7 @@ class Tokenize(grain.transforms.Map):
         if (err := self._not_utf8(text)) is not None:
             return self._bad(INVALID_UTF8, where, err)
         tok = self.tokenizer
-        enc = tok.encode(text)
+        enc = tok.encode_array(text)  # int32 straight from sentencepiece: no list of ints
         n = len(enc) + 2
         ids = np.empty(n, np.int32)
         ids[0], ids[1:-1], ids[-1] = tok.bos_id, enc, tok.eos_id
@@ -155,13 +155,15 @@ class PackIterator(grain.DatasetIterator):
         self.cfg = cfg
         self._pending = None  # (doc, tokens used, parent state before the doc)
         self._done = False
+        self._arange = np.arange(cfg.seq_len, dtype=np.int32)
 
     def _next_doc(self, notes: list):
         """(parent state before the doc, doc) of the next usable document, noting bad ones."""
         bad_run = 0
+        parent = self._parent
         while True:
-            state = self._parent.get_state()
-            elem = next(self._parent)  # StopIteration propagates
+            state = parent.get_state()
+            elem = next(parent)  # StopIteration propagates
             if elem is None:
                 continue
             if isinstance(elem, BadRecord):
@@ -179,10 +181,10 @@ class PackIterator(grain.DatasetIterator):
         if self._done:
             raise StopIteration
         T = self.cfg.seq_len
-        ids = np.zeros(T, np.int32)
-        mask = np.zeros(T, np.int32)
-        seg = np.zeros(T, np.int32)
-        pos = np.zeros(T, np.int32)
+        split = self.cfg.split
+        # one buffer for the row's four arrays (the batch copies them out)
+        buf = np.zeros((4, T), np.int32)
+        ids, mask, seg, pos = buf
         notes: list = []
         fill, s = 0, 0
         while fill < T:
@@ -194,21 +196,23 @@ class PackIterator(grain.DatasetIterator):
                     break
                 self._pending = (doc, 0, state)
             doc, used, state = self._pending
-            n = len(doc["ids"]) - used
+            d_ids = doc["ids"]
+            n_doc = len(d_ids)
+            n = n_doc - used
             take = min(n, T - fill)
-            if take < n and not self.cfg.split:
+            if take < n and not split:
                 if fill == 0:  # cannot happen: conversations are truncated to seq_len
                     raise AssertionError("conversation longer than seq_len")
                 break
             s += 1
-            sl = slice(fill, fill + take)
-            ids[sl] = doc["ids"][used : used + take]
-            mask[sl] = doc["mask"][used : used + take]
+            end = fill + take
+            ids[fill:end] = d_ids[used : used + take]
+            mask[fill:end] = doc["mask"][used : used + take]
             mask[fill] = 0  # a segment's first token is never predicted inside the row
-            seg[sl] = s
-            pos[sl] = np.arange(take, dtype=np.int32)
-            fill += take
-            self._pending = None if used + take == len(doc["ids"]) else (doc, used + take, state)
+            seg[fill:end] = s
+            pos[fill:end] = self._arange[:take]
+            fill = end
+            self._pending = None if used + take == n_doc else (doc, used + take, state)
         if fill == 0 and not notes:
             raise StopIteration
         # (an empty row carrying only notes, at the very end of the data: source -1, all padding)
@@ -253,22 +257,28 @@ class MixIterator(grain.DatasetIterator):
         self.weights = list(weights)
         self.credit = [0.0] * len(parents)
         self.active = [True] * len(parents)
+        self._live = None
 
     def __next__(self):
-        while any(self.active):
-            total = sum(w for w, a in zip(self.weights, self.active) if a)
-            best = None
-            for i, (w, a) in enumerate(zip(self.weights, self.active)):
-                if a:
-                    self.credit[i] += w
-                    if best is None or self.credit[i] > self.credit[best]:
-                        best = i
-            self.credit[best] -= total
+        weights, active, credit = self.weights, self.active, self.credit
+        while True:
+            if self._live is None:  # the sources still in the mix, and their total weight
+                live = [i for i, a in enumerate(active) if a]
+                self._live = (live, sum(weights[i] for i in live))
+            live, total = self._live
+            if not live:
+                raise StopIteration
+            best = live[0]
+            for i in live:
+                credit[i] += weights[i]
+                if credit[i] > credit[best]:
+                    best = i
+            credit[best] -= total
             try:
                 return next(self._parents[best])
             except StopIteration:
-                self.active[best] = False
-        raise StopIteration
+                active[best] = False
+                self._live = None
 
     def get_state(self) -> dict[str, Any]:
         return {"parents": [p.get_state() for p in self._parents], "credit": list(self.credit),
@@ -281,6 +291,7 @@ class MixIterator(grain.DatasetIterator):
             p.set_state(s)
         self.credit = [float(c) for c in state["credit"]]
         self.active = [bool(a) for a in state["active"]]
+        self._live = None
 
 
 # --- batch -----------------------------------------------------------------------------------
@@ -291,14 +302,17 @@ ROW_KEYS = ("input_ids", "loss_mask", "segment_ids", "positions")
 def collate(rows: Sequence[Mapping[str, Any]], batch_size: int, seq_len: int) -> dict[str, Any]:
     """Stacks rows; a short final batch (repeat=False) is filled with empty rows (segment 0,
     mask 0) so every batch has the same shape; `source` of an empty row is -1."""
-    out = {k: np.zeros((batch_size, seq_len), np.int32) for k in ROW_KEYS}
-    out["source"] = np.full((batch_size,), -1, np.int32)
+    arrays = np.zeros((len(ROW_KEYS), batch_size, seq_len), np.int32)
+    source = np.full((batch_size,), -1, np.int32)
     notes = []
     for i, r in enumerate(rows):
-        for k in ROW_KEYS:
-            out[k][i] = r[k]
-        out["source"][i] = r["source"]
-        notes.extend(r["_bad"])
+        for j, k in enumerate(ROW_KEYS):
+            arrays[j, i] = r[k]
+        source[i] = r["source"]
+        if r["_bad"]:
+            notes.extend(r["_bad"])
+    out = dict(zip(ROW_KEYS, arrays))
+    out["source"] = source
     out["_bad"] = notes
     return out
 
