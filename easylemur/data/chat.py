@@ -5,10 +5,12 @@ with BOS. The loss covers each assistant message's content, its `<|im_end|>` and
 it; system/user turns and the `<|im_start|>assistant\\n` header are masked. EOS is never
 trained: generation stops on `<|im_end|>`.
 
-Pieces are encoded separately (header, content, "\\n") and concatenated. With the shipped model
-(no dummy prefix; the ChatML markers are user-defined pieces; no learned piece contains "\\n")
-this equals encoding the whole rendered text, which is what HF's tokenizer does with
-CHAT_TEMPLATE; tests/test_chat.py checks that equality.
+Pieces are encoded separately (header, content, "\\n") and concatenated, each with
+`continuation=True` (no dummy prefix: every piece follows a marker or other text). With the
+ChatML markers as user-defined pieces and no learned piece containing "\\n" (true of the shipped
+model; Llama-2's encodes "\\n" as a byte piece), this equals encoding the whole rendered text,
+which is what HF's tokenizer does with CHAT_TEMPLATE; tests/test_chat.py and tests/test_tokenizer.py (random
+conversations, shipped and dummy-prefix models) check that equality.
 """
 
 from __future__ import annotations
