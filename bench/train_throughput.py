@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="easylemur compute dtype")
+    ap.add_argument("--torch-dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="PyTorch compute: float32, or bfloat16 autocast (float32 master weights, like easylemur)")
     args = ap.parse_args()
 
     import jax
@@ -70,7 +72,7 @@ def main() -> None:
     jax.block_until_ready(m["loss"])
     ours = tokens * args.steps / (time.perf_counter() - t)
 
-    # -- transformers + PyTorch, float32 (its CPU training default)
+    # -- transformers + PyTorch: float32 (its CPU training default) or bf16 autocast
     torch.manual_seed(0)
     hf = LlamaForCausalLM(HFConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
@@ -83,7 +85,8 @@ def main() -> None:
 
     def torch_step():
         optim.zero_grad(set_to_none=True)
-        loss = hf(input_ids=tids, labels=tids).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.torch_dtype == "bfloat16"):
+            loss = hf(input_ids=tids, labels=tids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(hf.parameters(), opt.clip_norm)
         optim.step()
@@ -96,7 +99,7 @@ def main() -> None:
 
     peak = measure_cpu_peak()
     result = {
-        "model_params": cfg.num_params(), "batch": [B, T], "easylemur_dtype": args.dtype,
+        "model_params": cfg.num_params(), "batch": [B, T], "easylemur_dtype": args.dtype, "torch_dtype": args.torch_dtype,
         "easylemur_tokens_per_s": round(ours), "pytorch_tokens_per_s": round(theirs),
         "ratio_easylemur_over_pytorch": round(ours / theirs, 3),
         "easylemur_mfu": round(ours * flops_per_token(cfg, T) / peak, 4), "cpu_peak_flops": float(f"{peak:.3g}"),

@@ -18,6 +18,7 @@ Parameter tree (kernels are [in, out...], HF's Linear weights transposed):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Optional
 
@@ -172,12 +173,16 @@ def rope_cos_sin(cfg: LlamaConfig, positions: jax.Array) -> tuple[jax.Array, jax
 
 
 def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """x [B, T, N, hd]; the half-split form (rotate_half), computed in x's dtype as HF does."""
-    cos = cos[:, :, None, :].astype(x.dtype)
-    sin = sin[:, :, None, :].astype(x.dtype)
+    """x [B, T, N, hd]; the half-split form (rotate_half)."""
     half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
+    # cos/sin repeat their first half (concat(freqs, freqs)), so this is HF's
+    # x * cos + rotate_half(x) * sin, term for term, without building rotate_half(x).
+    # Low-precision inputs rotate in float32 (HF rotates in the input dtype): more exact, and
+    # faster on CPUs, where bf16 arithmetic is emulated.
+    dtype = x.dtype
+    cos, sin = cos[:, :, None, :half], sin[:, :, None, :half]
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(dtype)
 
 
 # ----------------------------------------------------------------------------- attention
@@ -192,11 +197,48 @@ def attention_mask(q_seg: jax.Array, kv_seg: jax.Array, q_idx: jax.Array, kv_idx
 
 def _attend(q, k, v, mask, out_dtype):
     """q [B, Tq, KV, G, hd], k/v [B, Tk, KV, hd] -> [B, Tq, KV, G, hd]; scores in float32."""
+    if q.dtype != jnp.float32:
+        return _attend_low_precision(q, k, v, mask)
+    return _attend_probs(q, k, v, mask)[0]
+
+
+def _attend_probs(q, k, v, mask):
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = jnp.einsum("bqkgh,bskh->bkgqs", q, k, preferred_element_type=jnp.float32) * scale
     scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgqs,bskh->bqkgh", probs, v, preferred_element_type=jnp.float32).astype(out_dtype)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgqs,bskh->bqkgh", probs.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return out.astype(q.dtype), probs
+
+
+@jax.custom_vjp
+def _attend_low_precision(q, k, v, mask):
+    """_attend for bf16/f16 inputs, with a backward whose matmuls also take low-precision
+    inputs (float32 accumulation, softmax gradient in float32), as flash-attention kernels do;
+    plain autodiff would run them in float32 on converted copies."""
+    return _attend_probs(q, k, v, mask)[0]
+
+
+def _alp_fwd(q, k, v, mask):
+    out, probs = _attend_probs(q, k, v, mask)
+    return out, (q, k, v, probs)
+
+
+def _alp_bwd(res, ct):
+    q, k, v, probs = res
+    lp = q.dtype
+    ct = ct.astype(lp)
+    f32 = jnp.float32
+    dv = jnp.einsum("bkgqs,bqkgh->bskh", probs.astype(lp), ct, preferred_element_type=f32)
+    dp = jnp.einsum("bqkgh,bskh->bkgqs", ct, v, preferred_element_type=f32)
+    ds = probs * (dp - jnp.sum(dp * probs, axis=-1, keepdims=True))
+    ds = (ds * (1.0 / math.sqrt(q.shape[-1]))).astype(lp)
+    dq = jnp.einsum("bkgqs,bskh->bqkgh", ds, k, preferred_element_type=f32)
+    dk = jnp.einsum("bkgqs,bqkgh->bskh", ds, q, preferred_element_type=f32)
+    return dq.astype(lp), dk.astype(lp), dv.astype(lp), None
+
+
+_attend_low_precision.defvjp(_alp_fwd, _alp_bwd)
 
 
 def dot_product_attention(q, k, v, segment_ids, *, block_size: int = 0):
@@ -266,13 +308,39 @@ class Dense(nn.Module):
     def __call__(self, x):
         in_shape = x.shape[-self.contract:]
         kernel = self.param("kernel", _init(self.logical), tuple(in_shape) + tuple(self.features), self.param_dtype)
-        lhs = tuple(range(x.ndim - self.contract, x.ndim))
-        rhs = tuple(range(self.contract))
-        y = jax.lax.dot_general(
-            x.astype(self.dtype), kernel.astype(self.dtype), ((lhs, rhs), ((), ())),
-            preferred_element_type=jnp.float32,
-        )
-        return y.astype(self.out_dtype or self.dtype)
+        out_dtype = self.out_dtype or self.dtype
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        if jnp.dtype(self.dtype) == jnp.float32:
+            lhs = tuple(range(x.ndim - self.contract, x.ndim))
+            rhs = tuple(range(self.contract))
+            y = jax.lax.dot_general(x, kernel, ((lhs, rhs), ((), ())), preferred_element_type=jnp.float32)
+            return y.astype(out_dtype)
+        lead, n_in = x.shape[: x.ndim - self.contract], math.prod(in_shape)
+        y = low_precision_matmul(x.reshape(-1, n_in), kernel.reshape(n_in, -1), jnp.dtype(out_dtype))
+        return y.reshape(*lead, *self.features)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def low_precision_matmul(x: jax.Array, k: jax.Array, out_dtype) -> jax.Array:
+    """[M, I] @ [I, O] in the inputs' low precision with float32 accumulation, forward AND
+    backward: plain autodiff would hand the float32-accumulated product's float32 cotangent to
+    the backward matmuls, which then run in float32 (half speed or worse) on converted copies."""
+    return jax.lax.dot(x, k, preferred_element_type=jnp.float32).astype(out_dtype)
+
+
+def _lpm_fwd(x, k, out_dtype):
+    return low_precision_matmul(x, k, out_dtype), (x, k)
+
+
+def _lpm_bwd(out_dtype, res, ct):
+    x, k = res
+    ct = ct.astype(x.dtype)
+    dx = jax.lax.dot_general(ct, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    dk = jax.lax.dot_general(x, ct, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    return dx.astype(x.dtype), dk.astype(k.dtype)
+
+
+low_precision_matmul.defvjp(_lpm_fwd, _lpm_bwd)
 
 
 class Attention(nn.Module):
