@@ -25,7 +25,7 @@ from easylemur.train import make_train_step
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
     "model.hidden_size=64", "model.intermediate_size=128", "model.num_layers=2", "model.num_heads=4",
-    "model.num_kv_heads=2", "data.seq_len=64", "train.batch_size=8", "data.prefetch=0",
+    "model.num_kv_heads=2", "model.dtype=float32", "data.seq_len=64", "train.batch_size=8", "data.prefetch=0",
     "optimizer.warmup_steps=2", "log.every=1",
 ]
 
