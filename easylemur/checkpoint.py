@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -61,9 +62,11 @@ def tokenizer_from_json(blob: Optional[str]) -> Optional[Path]:
     raw = base64.b64decode(blob)
     path = Path(tempfile.gettempdir()) / f"easylemur-tok-{hashlib.sha256(raw).hexdigest()[:16]}.model"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(raw)
-        tmp.replace(path)
+        # a private temp name per writer: several processes on one host may race here
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
     return path
 
 

@@ -191,6 +191,15 @@ def validate(cfg: ConfigDict) -> None:
 
     validate_sources(cfg.data.sources, "data.sources")
     validate_sources(cfg.data.eval_sources, "data.eval_sources")
+    for key in ("train.steps", "train.batch_size", "train.grad_accum", "checkpoint.every", "log.every",
+                "data.seq_len", "eval.batches"):
+        section, name = key.split(".")
+        if cfg[section][name] < 1:
+            raise ConfigError(f"config key '{key}' must be at least 1, got {cfg[section][name]}")
+    for key in ("eval.every", "checkpoint.keep", "data.prefetch", "data.shards"):
+        section, name = key.split(".")
+        if cfg[section][name] < 0:
+            raise ConfigError(f"config key '{key}' must be 0 or more, got {cfg[section][name]}")
     if cfg.train.batch_size % cfg.train.grad_accum:
         raise ConfigError(
             f"train.batch_size={cfg.train.batch_size} must be divisible by train.grad_accum={cfg.train.grad_accum}"
@@ -217,8 +226,17 @@ def model_config(cfg: ConfigDict):
             raise ConfigError(f"unknown config key 'model.{key}' (LlamaConfig has no field {key!r})")
         if isinstance(value, ConfigDict):
             value = value.to_dict()
-        overrides[key] = value
-    return dataclasses.replace(PRESETS[preset], **overrides)
+        default = getattr(PRESETS[preset], key)
+        expected = (bool,) if isinstance(default, bool) else (int,) if isinstance(default, int) else \
+            (int, float) if isinstance(default, float) else (str,) if isinstance(default, str) else None
+        if value is not None and expected and (not isinstance(value, expected) or
+                                               (expected != (bool,) and isinstance(value, bool))):
+            raise ConfigError(f"config key 'model.{key}' must be {expected[-1].__name__}, got {value!r}")
+        overrides[key] = float(value) if isinstance(default, float) and value is not None else value
+    try:
+        return dataclasses.replace(PRESETS[preset], **overrides)
+    except ValueError as e:
+        raise ConfigError(f"model: {e}") from None
 
 
 def to_json(cfg: ConfigDict) -> str:

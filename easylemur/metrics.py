@@ -90,7 +90,14 @@ class MetricsWriter:
         for them so metrics.jsonl reads as one uninterrupted run."""
         if not self.path.exists():
             return
-        kept = [l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l).get("step", 0) <= step]
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the killed run's half-written last line
+            if record.get("step", 0) <= step:
+                kept.append(line)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(l + "\n" for l in kept))
         tmp.replace(self.path)

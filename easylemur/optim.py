@@ -42,13 +42,16 @@ def decay_mask(params: Any, decay_embeddings: bool = True) -> Any:
 
 
 def make_optimizer(opt: ConfigDict, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """(optimizer, schedule): step s (1-based) uses schedule(s), so the first step already
+    learns and the last one uses end_lr. optax counts updates from 0, hence the shift."""
     lr = schedule(opt, total_steps)
+    by_count = lambda count: lr(count + 1)
     parts = []
     if opt.clip_norm and opt.clip_norm > 0:
         parts.append(optax.clip_by_global_norm(opt.clip_norm))
     parts.append(
         optax.adamw(
-            lr, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay,
+            by_count, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay,
             mask=lambda p: decay_mask(p, opt.decay_embeddings),
         )
     )

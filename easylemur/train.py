@@ -25,7 +25,7 @@ from ml_collections import ConfigDict
 
 from easylemur import checkpoint, hf, sharding
 from easylemur.config import ConfigError, load_config, model_config, to_json
-from easylemur.loss import head_loss_sum, token_loss_sum
+from easylemur.loss import head_loss_sum
 from easylemur.metrics import MetricsWriter, flops_per_token, peak_flops
 from easylemur.models.llama import Llama, LlamaConfig, init_params, param_shardings
 from easylemur.optim import make_optimizer
@@ -33,6 +33,8 @@ from easylemur.optim import make_optimizer
 # LlamaConfig fields that say how to compute, not what the model is: a run config sets them
 # even when the architecture comes from init.from.
 COMPUTE_FIELDS = ("dtype", "param_dtype", "scan_layers", "remat", "attention", "attn_block_size")
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                "head_dim", "tie_word_embeddings")
 
 
 class TrainingError(RuntimeError):
@@ -52,15 +54,7 @@ def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformati
     """(state, batch) -> (state, metrics). state = {"params", "opt_state"}. The loss is the
     mean over every trained token of the global batch, across micro-batches too: token-loss
     sums and token counts are accumulated, and divided once."""
-    model = Llama(model_cfg, mesh)
-    compute = jnp.dtype(model_cfg.dtype)
-
-    def loss_sum(params, mb):
-        # Mixed precision: cast the sharded float32 params once, so FSDP all-gathers move
-        # compute-dtype weights (half the bytes in bf16); gradients flow back to float32.
-        params = jax.tree.map(lambda p: p.astype(compute) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
-        hidden, _ = model.apply({"params": params}, mb["input_ids"], mb["positions"], mb["segment_ids"], return_hidden=True)
-        return head_loss_sum(hidden, lm_head_kernel(params, model_cfg), mb, z_loss, loss_chunk)
+    loss_sum = _loss_sum_fn(model_cfg, mesh, z_loss, loss_chunk)
 
     grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
 
@@ -69,12 +63,7 @@ def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformati
         if grad_accum == 1:
             (lsum, n), grads = grad_fn(params, batch)
         else:
-            # Row r goes to micro-batch r % A, so every device holds rows of every micro-batch.
-            def split(x):
-                x = x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:]).swapaxes(0, 1)
-                return x
-
-            micro = {k: split(v) for k, v in batch.items() if k != "source"}
+            micro = _micro_batches(batch, grad_accum)
 
             def body(carry, mb):
                 g_acc, l_acc, n_acc = carry
@@ -103,12 +92,39 @@ def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformati
     return step
 
 
-def make_eval_step(model_cfg: LlamaConfig, mesh) -> Callable:
+def _loss_sum_fn(model_cfg: LlamaConfig, mesh, z_loss: float, loss_chunk: int) -> Callable:
+    """(params, batch) -> (sum of token losses, trained tokens): the one loss, through the model."""
     model = Llama(model_cfg, mesh)
+    compute = jnp.dtype(model_cfg.dtype)
+
+    def loss_sum(params, mb):
+        # Mixed precision: cast the sharded float32 params once, so FSDP all-gathers move
+        # compute-dtype weights (half the bytes in bf16); gradients flow back to float32.
+        params = jax.tree.map(lambda p: p.astype(compute) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+        hidden, _ = model.apply({"params": params}, mb["input_ids"], mb["positions"], mb["segment_ids"], return_hidden=True)
+        return head_loss_sum(hidden, lm_head_kernel(params, model_cfg), mb, z_loss, loss_chunk)
+
+    return loss_sum
+
+
+def _micro_batches(batch: dict, n: int) -> dict:
+    """[B, ...] -> [n, B/n, ...]; row r goes to micro-batch r % n, so every device holds rows
+    of every micro-batch."""
+    return {
+        k: v.reshape(v.shape[0] // n, n, *v.shape[1:]).swapaxes(0, 1) for k, v in batch.items() if k != "source"
+    }
+
+
+def make_eval_step(model_cfg: LlamaConfig, mesh, grad_accum: int = 1, loss_chunk: int = 0) -> Callable:
+    """(params, batch) -> (loss sum, trained tokens), in the train step's micro-batches and
+    loss chunks, so an eval batch fits wherever a train batch does."""
+    loss_sum = _loss_sum_fn(model_cfg, mesh, 0.0, loss_chunk)
 
     def step(params, batch):
-        logits = model.apply({"params": params}, batch["input_ids"], batch["positions"], batch["segment_ids"])
-        return token_loss_sum(logits, batch)
+        if grad_accum == 1:
+            return loss_sum(params, batch)
+        sums, counts = jax.lax.map(lambda mb: loss_sum(params, mb), _micro_batches(batch, grad_accum))
+        return jnp.sum(sums), jnp.sum(counts)
 
     return step
 
@@ -132,6 +148,10 @@ def load_tokenizer(cfg: ConfigDict):
         if hf.is_hf_dir(src):
             if (Path(src) / "tokenizer.model").is_file():
                 return Tokenizer.load(Path(src) / "tokenizer.model")
+            # training on the shipped tokenizer's ids would silently scramble a real model
+            raise ConfigError(
+                f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it was trained with"
+            )
         else:
             d, s = checkpoint.resolve(src)
             mngr = checkpoint.manager(d, async_save=False)
@@ -139,6 +159,7 @@ def load_tokenizer(cfg: ConfigDict):
             mngr.close()
             if tok is not None:
                 return Tokenizer.load(tok)
+            raise ConfigError(f"init.from={src} holds no tokenizer; set data.tokenizer")
     return Tokenizer.load(None)
 
 
@@ -159,7 +180,16 @@ def resolve_model_config(cfg: ConfigDict, tokenizer) -> LlamaConfig:
     src = cfg.init["from"]
     if src:
         arch = source_model_config(src)
-        return dataclasses.replace(arch, **{k: getattr(run, k) for k in COMPUTE_FIELDS})
+        # what the run config sets explicitly wins (e.g. rope_theta / rope_scaling /
+        # max_position_embeddings for long-context training); shapes must agree with the source
+        explicit = {k: getattr(run, k) for k in cfg.model if k != "preset"}
+        for k in SHAPE_FIELDS:
+            if k in explicit and explicit[k] != getattr(arch, k):
+                raise ConfigError(
+                    f"model.{k}={explicit[k]} contradicts init.from={src} ({k}={getattr(arch, k)}); "
+                    f"drop the override (vocabulary growth: train.extend_vocab)"
+                )
+        return dataclasses.replace(arch, **{**{k: getattr(run, k) for k in COMPUTE_FIELDS}, **explicit})
     if "vocab_size" not in cfg.model:
         run = dataclasses.replace(run, vocab_size=tokenizer.vocab_size)
     return run
@@ -245,7 +275,11 @@ def train(cfg: ConfigDict) -> dict:
     if resume_step is not None:
         meta = checkpoint.restore_meta(mngr, resume_step)
         tokenizer = Tokenizer.load(checkpoint.tokenizer_from_json(meta["tokenizer"]))
-        model_cfg = checkpoint.model_config_from_json(meta["model"])
+        # the saved architecture, with this run's compute choices (e.g. remat on after an OOM);
+        # param_dtype stays the saved one, the state is restored as stored
+        saved = checkpoint.model_config_from_json(meta["model"])
+        run = model_config(cfg)
+        model_cfg = dataclasses.replace(saved, **{k: getattr(run, k) for k in COMPUTE_FIELDS if k != "param_dtype"})
     else:
         meta = None
         tokenizer = load_tokenizer(cfg)
@@ -294,7 +328,7 @@ def train(cfg: ConfigDict) -> dict:
         in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,),
     )
     count_fn = jax.jit(lambda b: source_tokens(b, len(names)))
-    eval_fn = jax.jit(make_eval_step(model_cfg, mesh))
+    eval_fn = jax.jit(make_eval_step(model_cfg, mesh, cfg.train.grad_accum, cfg.train.loss_chunk))
 
     seq_len = cfg.data.seq_len
     flops_tok = flops_per_token(model_cfg, seq_len)
@@ -346,7 +380,7 @@ def train(cfg: ConfigDict) -> dict:
             tps = tokens_per_step * window_steps / dt if window_steps and dt > 0 else float("nan")
             mfu = tps * flops_tok / peak if math.isfinite(tps) else float("nan")
             record = {
-                "step": step, "loss": last["loss"], "learning_rate": float(lr_schedule(step - 1)),
+                "step": step, "loss": last["loss"], "learning_rate": float(lr_schedule(step)),
                 "grad_norm": last["grad_norm"], "trained_tokens": int(m["trained_tokens"]),
                 "tokens_per_second": tps, "mfu": mfu, "nan_skips": nan_skips,
                 **{f"tokens/{n}": tokens_seen[n] for n in names},
@@ -368,10 +402,19 @@ def train(cfg: ConfigDict) -> dict:
             if pending is not None:
                 finish(*pending)
             pending = (step, m)
-            if step % cfg.checkpoint.every == 0 or step == cfg.train.steps or mngr.reached_preemption(step):
+            preempted = mngr.reached_preemption(step)
+            eval_due = bool(cfg.eval.every) and step % cfg.eval.every == 0
+            if eval_due:  # evaluate these weights, before the next step replaces them
                 finish(*pending)
                 pending = None
-                save(step, force=step == cfg.train.steps)
+            if step % cfg.checkpoint.every == 0 or step == cfg.train.steps or preempted:
+                if pending is not None:
+                    finish(*pending)
+                    pending = None
+                save(step, force=step == cfg.train.steps or preempted)
+            if preempted:
+                print(f"preempted: saved step {step}, stopping", flush=True)
+                break
         if pending is not None:
             finish(*pending)
     finally:
@@ -379,6 +422,7 @@ def train(cfg: ConfigDict) -> dict:
         mngr.close()
         writer.close()
         progress.close()
+        data.close()
     return {"step": step, **last, "tokens": tokens_seen}
 
 
@@ -412,6 +456,10 @@ class DataShards:
     def get_state(self) -> dict:
         mine = {str(s): it.get_state() for s, it in zip(self.mine, self.streams)}
         return {"shards": self.num_shards, "streams": _allgather_json(mine)}
+
+    def close(self) -> None:
+        for it in self.streams:
+            it.close()
 
     def set_state(self, state: dict) -> None:
         if state.get("shards") != self.num_shards:
@@ -528,7 +576,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         train(cfg)
-    except (ConfigError, TrainingError) as e:
+    except (ConfigError, TrainingError, sharding.MeshError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -86,3 +86,19 @@ def test_chunked_head_loss_equals_full_logits():
         s, n = head_loss_sum(hidden, params["lm_head"]["kernel"], b, chunk=chunk)
         assert n == ref_n
         np.testing.assert_allclose(s, ref_s, rtol=1e-6)
+
+
+def test_first_step_learns_and_last_step_uses_end_lr():
+    from easylemur.config import default_config
+
+    opt = default_config().optimizer
+    opt.update({"lr": 1.0, "warmup_steps": 2, "end_lr": 0.1, "schedule": "linear", "weight_decay": 0.0, "clip_norm": 0.0})
+    tx, sched = make_optimizer(opt, 5)
+    p = {"w": jnp.zeros(())}
+    state = tx.init(p)
+    lrs = []
+    for _ in range(5):  # adam's first update is -lr * sign(g): read the rate off the update
+        u, state = tx.update({"w": jnp.ones(())}, state, p)
+        lrs.append(-float(u["w"]))
+    np.testing.assert_allclose(lrs, [float(sched(s)) for s in range(1, 6)], rtol=1e-4)
+    assert lrs[0] > 0 and abs(lrs[-1] - 0.1) < 1e-4

@@ -231,6 +231,10 @@ def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
                   num_key_value_heads=2, max_position_embeddings=512).save_pretrained(tmp_path / "hf")
     assert convert.main(["from-hf", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ckpt")]) in (0, None)
     o = ["train.steps=2", "checkpoint.every=100", f"init.from={tmp_path / 'ckpt'}", "train.extend_vocab=true"]
+    # a source without a tokenizer is an error, not a silent switch to the shipped one
+    p = _run(tmp_path / "no_tok", o, check=False)
+    assert p.returncode == 1 and "set data.tokenizer" in p.stderr, p.stderr[-2000:]
+    o.append(f"data.tokenizer={ROOT / 'tokenizer/easylemur_bpe.model'}")
     runs = {}
     for scan in ("false", "true"):
         p = _run(tmp_path / f"scan_{scan}", o + [f"model.scan_layers={scan}"])
@@ -238,3 +242,19 @@ def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
         runs[scan] = _losses(tmp_path / f"scan_{scan}")
     for s in (1, 2):
         assert abs(runs["false"][s] - runs["true"][s]) <= 1e-5 * runs["false"][s]
+
+
+def test_explicit_model_keys_apply_over_init_from(tmp_path):
+    from easylemur.config import ConfigError
+    from easylemur.tokenizer import Tokenizer
+    from easylemur.train import resolve_model_config
+    from hf_models import make_hf_model
+
+    make_hf_model(vocab_size=4096).save_pretrained(tmp_path)
+    tok = Tokenizer.load(None)
+    base = [f"init.from={tmp_path}", "model.dtype=bfloat16"]
+    cfg = resolve_model_config(load_config("configs/tiny_pretrain.py", base + ["model.rope_theta=1e6",
+                                                                             "model.max_position_embeddings=4096"]), tok)
+    assert (cfg.rope_theta, cfg.max_position_embeddings, cfg.hidden_size, cfg.dtype) == (1e6, 4096, 64, "bfloat16")
+    with pytest.raises(ConfigError, match=r"model\.hidden_size=128 contradicts init\.from"):
+        resolve_model_config(load_config("configs/tiny_pretrain.py", base + ["model.hidden_size=128"]), tok)
