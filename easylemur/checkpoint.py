@@ -23,6 +23,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 from easylemur.models.llama import LlamaConfig, param_specs
 
@@ -37,7 +38,14 @@ def manager(directory: str | Path, keep: int | None = None, async_save: bool = T
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
     )
-    return ocp.CheckpointManager(Path(directory).absolute(), options=options, item_names=ITEMS)
+    return ocp.CheckpointManager(as_path(directory), options=options, item_names=ITEMS)
+
+
+def as_path(path: str | os.PathLike) -> epath.Path:
+    """Local paths made absolute; bucket URLs (gs://...) kept as they are, so every host of a pod
+    writes its shards into the same checkpoint."""
+    text = os.fspath(path)
+    return epath.Path(text) if "://" in text else epath.Path(os.path.abspath(text))
 
 
 def model_config_to_json(cfg: LlamaConfig) -> dict:
@@ -93,7 +101,7 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params: Any, abstra
 
 def resolve(path: str | Path, step: int | None = None) -> tuple[Path, int]:
     """(checkpoints directory, step) for a workdir, a checkpoints dir or a step dir."""
-    path = Path(path)
+    path = as_path(path)
     if (path / "checkpoints").is_dir():
         path = path / "checkpoints"
     elif (path / "meta").is_dir() and path.name.isdigit():
@@ -150,9 +158,9 @@ def load_params(path: str | Path, step: int | None = None, shardings: Any = None
 
 def save_params(out: str | Path, cfg: LlamaConfig, params: Any, tokenizer_path: str | Path | None = None, extra_meta: dict | None = None) -> Path:
     """A parameter-only checkpoint (step 0) in a workdir-shaped folder `out`."""
-    mngr = manager(Path(out) / "checkpoints", async_save=False)
+    mngr = manager(as_path(out) / "checkpoints", async_save=False)
     meta = {"step": 0, "model": model_config_to_json(cfg), "tokenizer": tokenizer_to_json(tokenizer_path), **(extra_meta or {})}
     save(mngr, 0, params, meta, force=True)
     mngr.wait_until_finished()
     mngr.close()
-    return Path(out) / "checkpoints" / "0"
+    return as_path(out) / "checkpoints" / "0"

@@ -4,6 +4,8 @@ TensorBoard, optional W&B). Only process 0 writes."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -67,7 +69,12 @@ class MetricsWriter:
 
     def __init__(self, workdir: str | Path, wandb_project: str = "", config: Optional[dict] = None, resume_step: int = 0):
         self.active = jax.process_index() == 0
-        self.path = Path(workdir) / "metrics.jsonl"
+        from easylemur.checkpoint import as_path
+
+        workdir = as_path(workdir)
+        self.remote = "://" in str(workdir)
+        self.path = workdir / "metrics.jsonl"
+        self.lines: list[str] = []
         self.tb = None
         self.wandb = None
         if not self.active:
@@ -76,7 +83,11 @@ class MetricsWriter:
         self._truncate_after(resume_step)
         from tensorboardX import SummaryWriter
 
-        self.tb = SummaryWriter(str(Path(workdir) / "tb"), purge_step=resume_step + 1 if resume_step else None)
+        tb_dir = str(workdir / "tb")
+        if self.remote:  # tensorboardX writes local files; mirror them to the bucket yourself
+            tb_dir = os.path.join(tempfile.gettempdir(), "easylemur-tb", str(workdir).replace("://", "_").replace("/", "_"))
+            print(f"TensorBoard events go to {tb_dir} (workdir {workdir} is remote)", flush=True)
+        self.tb = SummaryWriter(tb_dir, purge_step=resume_step + 1 if resume_step else None)
         if wandb_project:
             try:
                 import wandb
@@ -98,6 +109,10 @@ class MetricsWriter:
                 continue  # the killed run's half-written last line
             if record.get("step", 0) <= step:
                 kept.append(line)
+        self.lines = kept
+        if self.remote:
+            self.path.write_text("".join(l + "\n" for l in kept))
+            return
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(l + "\n" for l in kept))
         tmp.replace(self.path)
@@ -105,8 +120,13 @@ class MetricsWriter:
     def write(self, record: dict[str, Any]) -> None:
         if not self.active:
             return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        line = json.dumps(record)
+        if self.remote:  # buckets cannot append: rewrite the (small) file
+            self.lines.append(line)
+            self.path.write_text("".join(l + "\n" for l in self.lines))
+        else:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
         step = record["step"]
         for k, v in record.items():
             if k != "step" and isinstance(v, (int, float)):

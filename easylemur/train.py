@@ -263,7 +263,7 @@ def train(cfg: ConfigDict) -> dict:
     sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id)
     if not cfg.workdir:
         raise ConfigError("workdir is empty; set --config.workdir=DIR")
-    workdir = Path(cfg.workdir)
+    workdir = checkpoint.as_path(cfg.workdir)
     is_main = jax.process_index() == 0
     mesh = sharding.make_mesh(cfg.mesh)
     mngr = checkpoint.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
