@@ -514,14 +514,13 @@ def evaluate(cfg: ConfigDict, tokenizer, mesh, eval_fn, params) -> float:
     ) as it:
         # every process runs exactly eval.batches steps, feeding rows that train nothing once
         # its share of the data ends, so the collectives stay in step across hosts
-        empty = None
+        rows, T = cfg.train.batch_size // jax.process_count(), cfg.data.seq_len
+        empty = {k: np.zeros((rows, T), np.int32) for k in ("input_ids", "loss_mask", "segment_ids", "positions")}
+        empty["source"] = np.zeros((rows,), np.int32)
         for _ in range(cfg.eval.batches):
             try:
                 local = next(it)
-                empty = {k: np.zeros_like(v) for k, v in local.items()}
             except StopIteration:
-                if empty is None:
-                    raise ConfigError("data.eval_sources yields no batch on this process") from None
                 local = empty
             s, n = jax.device_get(eval_fn(params, sharding.host_local_to_global(local, mesh)))
             total, count = total + float(s), count + float(n)
