@@ -441,6 +441,7 @@ class DataShards:
             raise ConfigError(f"data.shards={S} must be a multiple of the process count {P}")
         self.mesh, self.num_shards = mesh, S
         self.mine = list(range(p * S // P, (p + 1) * S // P))
+        _check_rows_per_process(mesh, cfg.train.batch_size, cfg.data.seq_len)
         self.streams = [
             make_pipeline(cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
                           process_index=s, process_count=S)
@@ -469,6 +470,27 @@ class DataShards:
             )
         for s, it in zip(self.mine, self.streams):
             it.set_state(state["streams"][str(s)])
+
+
+def _check_rows_per_process(mesh, batch_size: int, seq_len: int) -> None:
+    """Each process feeds rows [p*B/P, (p+1)*B/P) of the global batch; that holds only if its
+    devices own exactly those rows (a mesh whose tensor axis spans hosts breaks it)."""
+    P, p = jax.process_count(), jax.process_index()
+    if P == 1:
+        return
+    per = batch_size // P
+    rows = set()
+    for idx in sharding.batch_sharding(mesh).addressable_devices_indices_map((batch_size, seq_len)).values():
+        rows.update(range(*idx[0].indices(batch_size)))
+    if rows != set(range(p * per, (p + 1) * per)):
+        raise ConfigError(
+            f"mesh {cfg_mesh_str(mesh)}: process {p}'s devices hold batch rows {min(rows)}..{max(rows)}, not its own "
+            f"{p * per}..{(p + 1) * per - 1}; keep the tensor axis within a host (put hosts on data/fsdp)"
+        )
+
+
+def cfg_mesh_str(mesh) -> str:
+    return ",".join(f"{k}:{v}" for k, v in mesh.shape.items())
 
 
 def _allgather_json(obj: dict) -> dict:

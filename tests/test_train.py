@@ -258,3 +258,14 @@ def test_explicit_model_keys_apply_over_init_from(tmp_path):
     assert (cfg.rope_theta, cfg.max_position_embeddings, cfg.hidden_size, cfg.dtype) == (1e6, 4096, 64, "bfloat16")
     with pytest.raises(ConfigError, match=r"model\.hidden_size=128 contradicts init\.from"):
         resolve_model_config(load_config("configs/tiny_pretrain.py", base + ["model.hidden_size=128"]), tok)
+
+
+def test_tensor_axis_across_processes_is_refused(tmp_path):
+    port = _free_port()
+    o = ["train.steps=2", "mesh=data:1,fsdp:1,tensor:2", f"distributed.coordinator_address=127.0.0.1:{port}",
+         "distributed.num_processes=2"]
+    procs = [subprocess.Popen(_cmd(tmp_path / "w", o + [f"distributed.process_id={i}"]), cwd=ROOT, env=_env(1),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [1, 1], outs
+    assert all("keep the tensor axis within a host" in out for out in outs)
