@@ -276,17 +276,16 @@ def train(cfg: ConfigDict) -> dict:
         meta = checkpoint.restore_meta(mngr, resume_step)
         tokenizer = Tokenizer.load(checkpoint.tokenizer_from_json(meta["tokenizer"]))
         # the saved architecture, with this run's compute choices (e.g. remat on after an OOM);
-        # param_dtype stays the saved one, the state is restored as stored
+        # param dtype and layer layout stay the saved ones: the state is restored as stored
         saved = checkpoint.model_config_from_json(meta["model"])
         run = model_config(cfg)
-        model_cfg = dataclasses.replace(saved, **{k: getattr(run, k) for k in COMPUTE_FIELDS if k != "param_dtype"})
+        kept = ("param_dtype", "scan_layers")
+        model_cfg = dataclasses.replace(saved, **{k: getattr(run, k) for k in COMPUTE_FIELDS if k not in kept})
     else:
         meta = None
         tokenizer = load_tokenizer(cfg)
         model_cfg = resolve_model_config(cfg, tokenizer)
-        if cfg.train.extend_vocab and tokenizer.vocab_size > model_cfg.vocab_size:
-            pass  # grown below, after the source params are loaded
-        else:
+        if not cfg.train.extend_vocab:  # else grown below, once the source params are loaded
             check_vocab(model_cfg, tokenizer)
 
     tx, lr_schedule = make_optimizer(cfg.optimizer, cfg.train.steps)
@@ -322,7 +321,6 @@ def train(cfg: ConfigDict) -> dict:
     nan_skips = int((meta or {}).get("nan_skips", 0))
 
     # -- compiled steps
-    batch_sh = sharding.batch_sharding(mesh)
     step_fn = jax.jit(
         make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss, cfg.train.loss_chunk),
         in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,),
