@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 

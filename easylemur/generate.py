@@ -15,7 +15,6 @@ from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from easylemur.models.llama import Llama, init_cache
 

@@ -4,7 +4,6 @@ import gzip
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from ml_collections import ConfigDict
 
@@ -200,7 +199,7 @@ def test_strict_raises_through_prefetch_workers(tok, tmp_path):
     path = _bad_file(tmp_path / "bad.jsonl", TEXT_BAD[:1])
     cfg = cfg_for({"t": {"path": str(path)}}, strict=True)
     cfg.prefetch = 1
-    with pytest.raises(Exception, match=rf"bad\.jsonl:2: malformed_json"):
+    with pytest.raises(Exception, match=r"bad\.jsonl:2: malformed_json"):
         list(make_pipeline(cfg, tok, global_batch_size=1, seed=0, shuffle=False, repeat=False))
 
 

@@ -5,7 +5,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-from ml_collections import ConfigDict
 
 from easylemur.config import default_config
 from easylemur.loss import head_loss_sum, target_weights, token_loss_sum

@@ -2,7 +2,6 @@
 
 import io
 import json
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +11,7 @@ import sentencepiece as spm
 import torch
 
 import easylemur
-from easylemur import checkpoint, convert, hf
+from easylemur import convert, hf
 from easylemur.models.llama import Llama
 from easylemur.tokenizer import Tokenizer
 from easylemur.vocab import extend_vocab, grow_rows
@@ -122,10 +121,8 @@ def test_from_hf_add_chatml_tokens(tmp_path):
     assert exported.config.vocab_size == V + 2
     np.testing.assert_allclose(hf_logits(exported, ids)[..., :V], ref, atol=1e-5 * np.abs(ref).max())
     at = AutoTokenizer.from_pretrained(tmp_path / "out")
-    # (text that starts with a ChatML marker differs for dummy-prefix tokenizers like this one:
-    # see test_convert.py::test_dummy_prefix_tokenizer_chat_mismatch)
-    text = "def f(x): return x<|im_end|>\n<|im_start|>user\n"
-    assert at(text, add_special_tokens=False)["input_ids"] == loaded.tokenizer.encode(text)
+    for text in ("def f(x): return x<|im_end|>\n<|im_start|>user\n", "<|im_start|>user\n hi<|im_end|>\n"):
+        assert at(text, add_special_tokens=False)["input_ids"] == loaded.tokenizer.encode(text), text
     assert at.convert_tokens_to_ids("<|im_end|>") == V + 1
     gen = json.loads((tmp_path / "out" / "generation_config.json").read_text())
     assert V + 1 in gen["eos_token_id"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import ast
 import glob
-import io
 import json
 import os
 import random

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import sys
 import zlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import grain
 import numpy as np
