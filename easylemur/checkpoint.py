@@ -25,6 +25,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from easylemur.models.llama import LlamaConfig, param_specs
+from easylemur.models.stacking import unscan_params
 
 ITEMS = ("params", "opt_state", "meta")
 
@@ -77,11 +78,25 @@ def tokenizer_from_json(blob: Optional[str]) -> Optional[Path]:
     return path
 
 
+def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | None, **extra: Any) -> dict:
+    """The one writer of a checkpoint's `meta` item: step, model config, embedded tokenizer,
+    plus what the caller adds (a run: rng, data_state, nan_skips, config; from-hf: source)."""
+    return {"step": step, "model": model_config_to_json(model_cfg), "tokenizer": tokenizer_to_json(tokenizer_path), **extra}
+
+
 def save(mngr: ocp.CheckpointManager, step: int, params: Any, meta: dict, opt_state: Any = None, force: bool = False) -> bool:
     items = {"params": ocp.args.StandardSave(params), "meta": ocp.args.JsonSave(meta)}
     if opt_state is not None:
         items["opt_state"] = ocp.args.StandardSave(opt_state)
     return mngr.save(step, args=ocp.args.Composite(**items), force=force)
+
+
+def save_run(mngr: ocp.CheckpointManager, step: int, state: dict, model_cfg: LlamaConfig, tokenizer_path: str | Path,
+             *, data_state: dict, nan_skips: int, config: dict, force: bool = False) -> bool:
+    """A training checkpoint: params, optimizer state, and the meta a resume needs."""
+    meta = make_meta(step, model_cfg, tokenizer_path, rng={"seed": config.get("seed", 0)}, data_state=data_state,
+                     nan_skips=nan_skips, config=config)
+    return save(mngr, step, state["params"], meta, state["opt_state"], force=force)
 
 
 def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
@@ -96,6 +111,41 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params: Any, abstra
         items["opt_state"] = ocp.args.StandardRestore(abstract_opt_state)
     out = mngr.restore(step, args=ocp.args.Composite(**items))
     return out["params"], out.get("opt_state") if abstract_opt_state is not None else None, out["meta"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Saved:
+    """One checkpoint step and its meta, read once: what `read_meta` returns."""
+
+    directory: epath.Path  # the checkpoints/ directory
+    step: int
+    meta: dict
+
+    @property
+    def path(self) -> epath.Path:
+        return self.directory / str(self.step)
+
+    @property
+    def model_config(self) -> LlamaConfig:
+        return model_config_from_json(self.meta["model"])
+
+    def tokenizer_path(self) -> Optional[Path]:
+        """The embedded sentencepiece model as a file, or None when the checkpoint has none."""
+        return tokenizer_from_json(self.meta.get("tokenizer"))
+
+
+def read_meta(path: str | Path, step: int | None = None) -> Saved:
+    """The meta of a workdir's newest checkpoint (or `step`), a checkpoints dir or a step dir;
+    a checkpoint without a model config is an error naming it."""
+    directory, step = resolve(path, step)
+    mngr = manager(directory, async_save=False)
+    try:
+        meta = restore_meta(mngr, step)
+    finally:
+        mngr.close()
+    if "model" not in meta:
+        raise CheckpointError(f"{directory / str(step)}: meta has no model config")
+    return Saved(directory, step, meta)
 
 
 def resolve(path: str | Path, step: int | None = None) -> tuple[Path, int]:
@@ -127,39 +177,35 @@ def abstract_params(cfg: LlamaConfig, shardings: Any = None) -> Any:
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
 
 
-def load_params(path: str | Path, step: int | None = None, shardings: Any = None, **overrides) -> tuple[LlamaConfig, Any, Optional[Path]]:
-    """(LlamaConfig, params, tokenizer path) from an easylemur checkpoint.
+def load_params(src: "Saved | str | Path", step: int | None = None, shardings: Any = None,
+                **overrides) -> tuple[LlamaConfig, Any, Optional[Path]]:
+    """(LlamaConfig, params, tokenizer path) from an easylemur checkpoint (a path, or a `Saved`
+    already read).
 
     Params come back unscanned (layers_{i}) on one device unless `shardings` (for the
     checkpoint's own layout) is given; `overrides` replace LlamaConfig fields of the result
     (dtype, param_dtype, ...)."""
-    directory, step = resolve(path, step)
-    mngr = manager(directory, async_save=False)
+    saved = src if isinstance(src, Saved) else read_meta(src, step)
+    saved_cfg = saved.model_config
+    pdt = overrides.get("param_dtype", saved_cfg.param_dtype)
+    mngr = manager(saved.directory, async_save=False)
     try:
-        meta = restore_meta(mngr, step)
-        if "model" not in meta:
-            raise CheckpointError(f"{directory / str(step)}: meta has no model config")
-        saved_cfg = model_config_from_json(meta["model"])
-        pdt = overrides.get("param_dtype", saved_cfg.param_dtype)
-        params, _, _ = restore(mngr, step, abstract_params(saved_cfg, shardings))
+        params, _, _ = restore(mngr, saved.step, abstract_params(saved_cfg, shardings))
     finally:
         mngr.close()
     cfg = dataclasses.replace(saved_cfg, **overrides)
     if shardings is None and saved_cfg.scan_layers:
-        from easylemur.hf import unscan_params
-
         params = unscan_params(params, saved_cfg.num_layers)
         cfg = dataclasses.replace(cfg, scan_layers=False)
     if pdt != saved_cfg.param_dtype:
         params = jax.tree.map(lambda x: x.astype(pdt), params)
-    return cfg, params, tokenizer_from_json(meta.get("tokenizer"))
+    return cfg, params, saved.tokenizer_path()
 
 
 def save_params(out: str | Path, cfg: LlamaConfig, params: Any, tokenizer_path: str | Path | None = None, extra_meta: dict | None = None) -> Path:
     """A parameter-only checkpoint (step 0) in a workdir-shaped folder `out`."""
     mngr = manager(as_path(out) / "checkpoints", async_save=False)
-    meta = {"step": 0, "model": model_config_to_json(cfg), "tokenizer": tokenizer_to_json(tokenizer_path), **(extra_meta or {})}
-    save(mngr, 0, params, meta, force=True)
+    save(mngr, 0, params, make_meta(0, cfg, tokenizer_path, **(extra_meta or {})), force=True)
     mngr.wait_until_finished()
     mngr.close()
     return as_path(out) / "checkpoints" / "0"

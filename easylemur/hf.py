@@ -186,26 +186,6 @@ def tensor_maps(cfg: LlamaConfig) -> list[TensorMap]:
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
-def scan_params(params: dict, num_layers: int, xp=np) -> dict:
-    """Unscanned tree (layers_{i}) -> scanned tree (layers, leading [L] axis); xp=jnp to
-    restack on device (inside jit)."""
-    import jax
-
-    out = {k: v for k, v in params.items() if not k.startswith("layers_")}
-    layers = [params[f"layers_{i}"] for i in range(num_layers)]
-    out["layers"] = jax.tree.map(lambda *xs: xp.stack(xs), *layers)
-    return out
-
-
-def unscan_params(params: dict, num_layers: int, xp=np) -> dict:
-    import jax
-
-    out = {k: v for k, v in params.items() if k != "layers"}
-    for i in range(num_layers):
-        out[f"layers_{i}"] = jax.tree.map(lambda x: x[i], params["layers"])
-    return out
-
-
 # ----------------------------------------------------------------------------- safetensors
 
 

@@ -13,6 +13,7 @@ import torch
 
 import easylemur
 from easylemur import checkpoint, convert, hf
+from easylemur.models.stacking import scan_params
 from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH, Tokenizer
 from hf_models import hf_logits, make_hf_model
 
@@ -232,7 +233,7 @@ def test_scanned_jax_checkpoint_exports_like_unscanned(hf_model, exported_f32, t
 
     _, src = hf_model
     cfg = hf.read_hf_config(src)
-    params = hf.scan_params(hf.load_hf_params(src, cfg), cfg.num_layers)
+    params = scan_params(hf.load_hf_params(src, cfg), cfg.num_layers)
     params = {k: __import__("jax").tree.map(jnp.asarray, v) for k, v in params.items()}
     checkpoint.save_params(tmp_path / "scanned", dataclasses.replace(cfg, scan_layers=True), params, DEFAULT_TOKENIZER_PATH)
     assert _run(["to-hf", "--checkpoint", tmp_path / "scanned", "--out", tmp_path / "out", "--dtype", "float32"])[0] == 0

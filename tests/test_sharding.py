@@ -77,7 +77,7 @@ def test_sharded_forward_equals_single_device():
 
 
 def test_scan_equals_unrolled():
-    from easylemur.hf import scan_params
+    from easylemur.models.stacking import scan_params
 
     params = jax.device_get(init_params(CFG, jax.random.PRNGKey(1)))
     ids = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, 16)))

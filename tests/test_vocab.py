@@ -13,6 +13,7 @@ import torch
 import easylemur
 from easylemur import convert, hf
 from easylemur.models.llama import Llama
+from easylemur.models.stacking import scan_params
 from easylemur.tokenizer import Tokenizer
 from easylemur.vocab import extend_vocab, grow_rows
 from hf_models import hf_logits, make_hf_model
@@ -61,7 +62,7 @@ def test_scanned_and_jax_trees(model_dir):
     cfg = hf.read_hf_config(model_dir)
     params = hf.load_hf_params(model_dir, cfg)
     flat, _ = extend_vocab(params, cfg, cfg.vocab_size + 2)
-    scanned = jax.tree.map(jnp.asarray, hf.scan_params(params, cfg.num_layers))
+    scanned = jax.tree.map(jnp.asarray, scan_params(params, cfg.num_layers))
     out, out_cfg = extend_vocab(scanned, cfg, cfg.vocab_size + 2)
     assert isinstance(out["embed_tokens"]["embedding"], jax.Array)
     V = cfg.vocab_size  # old columns exact; the means differ by summation order only (numpy vs XLA)
