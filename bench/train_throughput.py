@@ -44,7 +44,7 @@ def main() -> None:
     from easylemur.metrics import flops_per_token, measure_cpu_peak
     from easylemur.models.llama import PRESETS, init_params
     from easylemur.optim import make_optimizer
-    from easylemur.train import make_train_step
+    from easylemur.step import make_train_step
 
     cfg = dataclasses.replace(
         PRESETS["tiny"], vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=int(args.hidden * 8 / 3) // 32 * 32,

@@ -1,7 +1,7 @@
 """`python -m easylemur.aot --config CFG --topology v4:4x8x8`: does this run fit that TPU?
 
-Compiles the real train step (the one train.py runs) for a TPU topology on this CPU through
-libtpu, without TPU hardware, and prints one JSON line: topology, devices, bytes_per_device
+Compiles the train step `train` would run for the config (the same model config resolution,
+the same step builder) for a TPU topology on this CPU through libtpu, without TPU hardware, and prints one JSON line: topology, devices, bytes_per_device
 (arguments + outputs - donated aliases + temporaries, from XLA's memory analysis),
 hbm_bytes_per_device and fits. A compile-time HBM OOM is an answer (fits: false), not a crash.
 Exit status: 0 fits, 1 does not fit, 2 bad arguments.
@@ -13,7 +13,7 @@ import argparse
 import json
 import re
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 # Usable HBM per device as XLA reports it (bytes), for when the compile succeeds and so
 # reports no capacity of its own. v4: 15.25 GiB per device as compiled for v4:4x8x8.
@@ -41,41 +41,24 @@ def _parse_oom(message: str) -> tuple[Optional[float], Optional[float]]:
 
 
 def compile_for_topology(cfg, topology: str) -> dict:
-    import jax
-    import jax.numpy as jnp
+    """Compiles the train step `train` would run for `cfg` (same model config resolution,
+    same step builder) for `topology`, and reports its memory against the device's HBM."""
     from jax.experimental import topologies
 
-    from easylemur import checkpoint, sharding
-    from easylemur.config import model_config
-    from easylemur.models.llama import param_shardings
-    from easylemur.optim import make_optimizer
-    from easylemur.train import abstract_state, make_train_step
+    from easylemur import sharding
+    from easylemur.step import build_train_step
 
     topo = topologies.get_topology_desc(platform="tpu", topology_name=topology)
     devices = list(topo.devices)
     mesh = sharding.make_mesh(cfg.mesh, devices)
-    model_cfg = model_config(cfg)
-    tx, _ = make_optimizer(cfg.optimizer, cfg.train.steps)
-    param_sh = param_shardings(model_cfg, mesh)
-    params_abs = checkpoint.abstract_params(model_cfg, param_sh)
-    state_abs, state_sh = abstract_state(params_abs, tx, param_sh, mesh)
+    model_cfg, model_from = run_model_config(cfg)
+    train_step = build_train_step(cfg, model_cfg, mesh)
     B, T = cfg.train.batch_size, cfg.data.seq_len
-    row = sharding.batch_sharding(mesh, 2)
-    batch_abs = {
-        k: jax.ShapeDtypeStruct((B, T), jnp.int32, sharding=row)
-        for k in ("input_ids", "loss_mask", "segment_ids", "positions")
-    }
-    batch_abs["source"] = jax.ShapeDtypeStruct((B,), jnp.int32, sharding=sharding.batch_sharding(mesh, 1))
-    step = jax.jit(
-        make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss, cfg.train.loss_chunk),
-        in_shardings=(state_sh, {k: v.sharding for k, v in batch_abs.items()}),
-        out_shardings=(state_sh, None), donate_argnums=(0,),
-    )
     hbm = _hbm_for(devices[0].device_kind)
     result = {"topology": topology, "devices": len(devices), "device_kind": devices[0].device_kind,
-              "mesh": dict(mesh.shape), "params": model_cfg.num_params(), "batch": [B, T]}
+              "mesh": dict(mesh.shape), "params": model_cfg.num_params(), "model_from": model_from, "batch": [B, T]}
     try:
-        compiled = step.lower(state_abs, batch_abs).compile()
+        compiled = train_step.lower(B, T, mesh).compile()
     except Exception as e:  # XLA raises a runtime error for compile-time OOM
         text = str(e)
         if "RESOURCE_EXHAUSTED" not in text and "hbm" not in text.lower():
@@ -94,23 +77,45 @@ def compile_for_topology(cfg, topology: str) -> dict:
             "fits_by": "TPU compiler HBM check", "breakdown": breakdown}
 
 
+def run_model_config(cfg) -> tuple[Any, str]:
+    """(model config, where it came from): the one `train` would resolve for `cfg` (resumed
+    checkpoint, init.from, or preset; vocabulary growth included). When the weights it names
+    are not readable on this machine (the usual case: checking a pod run on a laptop before the
+    weights are there), the preset with the config's model.* keys, and the output says so."""
+    from easylemur import checkpoint, hf
+    from easylemur.config import ConfigError, model_config
+    from easylemur.state import resolve_run
+
+    try:
+        resume = None
+        if cfg.workdir and (checkpoint.as_path(cfg.workdir) / "checkpoints").is_dir():
+            try:
+                resume = checkpoint.read_meta(cfg.workdir)
+            except checkpoint.CheckpointError:  # an empty checkpoints/ directory: a fresh start
+                pass
+        spec = resolve_run(cfg, resume)
+    except (ConfigError, checkpoint.CheckpointError, hf.HFFormatError, OSError) as e:
+        if not cfg.init["from"]:
+            raise
+        return model_config(cfg), f"preset {cfg.model.preset!r} with the config's model keys ({e})"
+    if spec.resume is not None:
+        return spec.model_cfg, f"resumed checkpoint {spec.resume.path}"
+    return spec.model_cfg, f"init.from={cfg.init['from']}" if cfg.init["from"] else "preset and model keys"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from easylemur.config import OVERRIDE_HELP, ConfigError, load_config, parse_cli
+
     parser = argparse.ArgumentParser(
         prog="python -m easylemur.aot",
         description="Compile a config's train step for a TPU topology on this CPU (via libtpu) and "
-        "report per-device memory against HBM. Needs libtpu (pip install 'easylemur[tpu]').",
+        f"report per-device memory against HBM. Needs libtpu (pip install 'easylemur[tpu]'). {OVERRIDE_HELP}",
     )
     parser.add_argument("--config", required=True, help="a configs/*.py file")
     parser.add_argument("--topology", required=True, help="e.g. v4:4x8x8, v5e:2x2, v5p:2x2x2")
-    args, rest = parser.parse_known_args(argv)
-    bad = [r for r in rest if not r.startswith("--config.")]
-    if bad:
-        parser.error(f"unrecognised arguments {bad}; overrides look like --config.train.batch_size=8")
-
-    from easylemur.config import ConfigError, load_config
-
+    args, overrides = parse_cli(parser, argv)
     try:
-        cfg = load_config(args.config, [r[len("--config."):] for r in rest])
+        cfg = load_config(args.config, overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

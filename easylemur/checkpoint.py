@@ -103,14 +103,14 @@ def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
     return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
 
-def restore(mngr: ocp.CheckpointManager, step: int, abstract_params: Any, abstract_opt_state: Any = None):
-    """Restores params (and opt_state when given its abstract tree) into the shardings the
-    abstract trees (ShapeDtypeStructs with .sharding) carry."""
-    items = {"params": ocp.args.StandardRestore(abstract_params), "meta": ocp.args.JsonRestore()}
+def restore(mngr: ocp.CheckpointManager, step: int, abstract_params: Any, abstract_opt_state: Any = None) -> tuple[Any, Any]:
+    """(params, opt_state or None) restored into the shardings the abstract trees
+    (ShapeDtypeStructs with .sharding) carry; the meta is `read_meta`'s job."""
+    items = {"params": ocp.args.StandardRestore(abstract_params)}
     if abstract_opt_state is not None:
         items["opt_state"] = ocp.args.StandardRestore(abstract_opt_state)
     out = mngr.restore(step, args=ocp.args.Composite(**items))
-    return out["params"], out.get("opt_state") if abstract_opt_state is not None else None, out["meta"]
+    return out["params"], out.get("opt_state") if abstract_opt_state is not None else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +132,14 @@ class Saved:
     def tokenizer_path(self) -> Optional[Path]:
         """The embedded sentencepiece model as a file, or None when the checkpoint has none."""
         return tokenizer_from_json(self.meta.get("tokenizer"))
+
+
+def read_latest(mngr: ocp.CheckpointManager) -> Optional[Saved]:
+    """The newest complete checkpoint of a manager's directory and its meta, or None."""
+    step = mngr.latest_step()
+    if step is None:
+        return None
+    return Saved(as_path(mngr.directory), step, restore_meta(mngr, step))
 
 
 def read_meta(path: str | Path, step: int | None = None) -> Saved:
@@ -190,7 +198,7 @@ def load_params(src: "Saved | str | Path", step: int | None = None, shardings: A
     pdt = overrides.get("param_dtype", saved_cfg.param_dtype)
     mngr = manager(saved.directory, async_save=False)
     try:
-        params, _, _ = restore(mngr, saved.step, abstract_params(saved_cfg, shardings))
+        params, _ = restore(mngr, saved.step, abstract_params(saved_cfg, shardings))
     finally:
         mngr.close()
     cfg = dataclasses.replace(saved_cfg, **overrides)

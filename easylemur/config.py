@@ -1,25 +1,44 @@
-"""The one config schema: defaults for every key, loading of configs/*.py, overrides, validation.
+"""The one config schema: defaults for every key (per-source keys included), loading of
+configs/*.py, the one command-line override parser, validation.
 
 A config file defines `get_config()` returning an `ml_collections.ConfigDict`; it only needs to
 set the keys it changes: `load_config` merges it over `default_config()`, and a key that the
-schema does not have is an error that names it. Overrides are `a.b.c=value` strings (the CLI's
-`--config.a.b.c=value`), parsed to the type of the key they replace.
+schema does not have is an error that names it. Overrides are `a.b.c=value` strings (on every
+command line `--config.a.b.c=value` or `--config.a.b.c value`, split off by `parse_cli`),
+parsed to the type of the key they replace.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from ml_collections import ConfigDict
 
 
 class ConfigError(ValueError):
     """A config that does not match the schema; the message names the key."""
+
+
+# One data source, `data.sources.<name>` (and `data.eval_sources.<name>`); the meaning of each
+# key is documented in easylemur.data.sources, which reads them.
+SOURCE_DEFAULTS: dict[str, Any] = {
+    "path": "",
+    "weight": 1.0,
+    "format": "text",
+    "field": "",
+    "kind": "auto",
+    "split": "train",
+    "hf_config": "",
+    "data_dir": "",
+}
+FORMATS = ("text", "chat")
+KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds")
 
 
 def default_config() -> ConfigDict:
@@ -161,6 +180,49 @@ def apply_override(cfg: ConfigDict, item: str) -> None:
     node[leaf] = _coerce(path, node[leaf], _parse_value(path, text, node[leaf]))
 
 
+def _fill_source_defaults(sources: Any, prefix: str) -> None:
+    """Checks the shape of each `<prefix>.<name>` source (a mapping of known keys) and fills the
+    per-source defaults in place, so that every source key can be overridden."""
+    if sources is None:
+        return
+    if not isinstance(sources, Mapping) and not hasattr(sources, "items"):
+        raise ConfigError(f"config key '{prefix}' must be a mapping of source name -> source config")
+    for name, scfg in list(sources.items()):
+        key = f"{prefix}.{name}"
+        if not hasattr(scfg, "items"):
+            raise ConfigError(f"config key '{key}' must be a mapping with path, weight, format; got {scfg!r}")
+        for k in list(scfg.keys()):
+            if k not in SOURCE_DEFAULTS:
+                raise ConfigError(f"unknown config key '{key}.{k}' (source keys are {', '.join(SOURCE_DEFAULTS)})")
+        for k, v in SOURCE_DEFAULTS.items():
+            if k not in scfg:
+                scfg[k] = v
+
+
+def _check_source_values(sources: Any, prefix: str) -> None:
+    for name, scfg in (sources or {}).items():
+        key = f"{prefix}.{name}"
+        if not isinstance(scfg["path"], str) or not scfg["path"]:
+            raise ConfigError(f"config key '{key}.path' must be a non-empty string, got {scfg['path']!r}")
+        w = scfg["weight"]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or w != w or w == float("inf"):
+            raise ConfigError(f"config key '{key}.weight' must be a positive number, got {w!r}")
+        if scfg["format"] not in FORMATS:
+            raise ConfigError(f"config key '{key}.format' must be 'text' or 'chat', got {scfg['format']!r}")
+        if scfg["kind"] not in KINDS:
+            raise ConfigError(f"config key '{key}.kind' must be one of {', '.join(KINDS)}, got {scfg['kind']!r}")
+        for k in ("field", "split", "hf_config", "data_dir"):
+            if not isinstance(scfg[k], str):
+                raise ConfigError(f"config key '{key}.{k}' must be a string, got {scfg[k]!r}")
+
+
+def validate_sources(sources: Any, prefix: str) -> None:
+    """Checks each `<prefix>.<name>` source config and fills its defaults in place; a bad one
+    is a ConfigError naming the key."""
+    _fill_source_defaults(sources, prefix)
+    _check_source_values(sources, prefix)
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ConfigDict:
     """Loads a config file over the defaults, applies overrides, validates, returns it."""
     cfg = default_config()
@@ -174,11 +236,8 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
         if not hasattr(module, "get_config"):
             raise ConfigError(f"config file {path} defines no get_config()")
         _merge(cfg, module.get_config(), "", _OPEN_KEYS)
-    from easylemur.data.sources import validate_sources
-
-    # fill per-source defaults first, so every source key can be overridden
-    validate_sources(cfg.data.sources, "data.sources")
-    validate_sources(cfg.data.eval_sources, "data.eval_sources")
+    _fill_source_defaults(cfg.data.sources, "data.sources")
+    _fill_source_defaults(cfg.data.eval_sources, "data.eval_sources")
     for item in overrides:
         apply_override(cfg, item)
     validate(cfg)
@@ -186,11 +245,10 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
 
 
 def validate(cfg: ConfigDict) -> None:
+    """Checks values across the whole config (sources included); a bad one is named."""
     model_config(cfg)  # raises on unknown model fields
-    from easylemur.data.sources import validate_sources
-
-    validate_sources(cfg.data.sources, "data.sources")
-    validate_sources(cfg.data.eval_sources, "data.eval_sources")
+    _check_source_values(cfg.data.sources, "data.sources")
+    _check_source_values(cfg.data.eval_sources, "data.eval_sources")
     for key in ("train.steps", "train.batch_size", "train.grad_accum", "checkpoint.every", "log.every",
                 "data.seq_len", "eval.batches"):
         section, name = key.split(".")
@@ -237,6 +295,41 @@ def model_config(cfg: ConfigDict):
         return dataclasses.replace(PRESETS[preset], **overrides)
     except ValueError as e:
         raise ConfigError(f"model: {e}") from None
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(other arguments, overrides): `--config.a.b=v` and `--config.a.b v` both give `a.b=v`."""
+    rest, overrides = [], []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--config."):
+            body = arg[len("--config."):]
+            if "=" not in body:
+                if i + 1 >= len(argv):
+                    raise ConfigError(f"{arg} needs a value (--config.KEY=VALUE or --config.KEY VALUE)")
+                body, i = f"{body}={argv[i + 1]}", i + 1
+            overrides.append(body)
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, overrides
+
+
+def parse_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """Every command's argument parsing: its own flags by `parser`, config overrides split off
+    first; anything else unrecognised is the parser's usual error."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rest, overrides = split_overrides(argv)
+    except ConfigError as e:
+        parser.error(str(e))
+    return parser.parse_args(rest), overrides
+
+
+OVERRIDE_HELP = "Override any config key with --config.KEY=VALUE (or --config.KEY VALUE), e.g. --config.train.steps=50."
 
 
 def to_json(cfg: ConfigDict) -> str:

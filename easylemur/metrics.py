@@ -1,17 +1,20 @@
-"""Training metrics: the FLOP formula, device peaks, MFU, and the writers (metrics.jsonl,
-TensorBoard, optional W&B). Only process 0 writes."""
+"""Training metrics: the FLOP formula, device peaks, MFU, the writers (metrics.jsonl,
+TensorBoard, optional W&B; only process 0 writes), `due` and the train loop's `StepLogger`."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from easylemur.models.llama import LlamaConfig
 
@@ -27,7 +30,7 @@ def flops_per_token(cfg: LlamaConfig, seq_len: int) -> float:
     return 6 * matmul_params + 6 * head + attention
 
 
-# dense bf16 peak FLOP/s per chip (DESIGN.md §4)
+# dense bf16 peak FLOP/s per chip (docs/design.md, "MFU")
 _PEAKS = (
     ("v6", 918e12), ("v5p", 459e12), ("v5 lite", 197e12), ("v5e", 197e12), ("v4", 275e12),
     ("h200", 989e12), ("h100", 989e12), ("a100", 312e12),
@@ -140,3 +143,112 @@ class MetricsWriter:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def due(step: int, every: int) -> bool:
+    """Is it time (log, eval, save) at `step` for something done every `every` steps (0: never)?"""
+    return every > 0 and step % every == 0
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on (a non-finite loss under train.nan_policy=stop)."""
+
+
+class StepLogger:
+    """The train loop's side job of watching steps: it reads each step's metrics one step
+    late (so the host never waits for the device before dispatching the next step), keeps the
+    timing window for tokens/s and MFU, counts non-finite steps (or stops the run on one),
+    writes a record every `log.every` steps, on the last step and on eval steps, and drives
+    the progress bar. Every process runs it (the token counts are summed across processes);
+    only process 0 writes."""
+
+    def __init__(self, cfg: Any, writer: MetricsWriter, model_cfg: LlamaConfig, lr_schedule: Callable,
+                 source_names: Sequence[str], *, start_step: int, nan_skips: int, checkpoint_dir: Any):
+        self.cfg, self.writer, self.lr_schedule = cfg, writer, lr_schedule
+        self.names = list(source_names)
+        self.tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
+        self.flops_per_token = flops_per_token(model_cfg, cfg.data.seq_len)
+        self.peak, self.peak_how = peak_flops()
+        self.nan_skips = nan_skips
+        self.checkpoint_dir = checkpoint_dir
+        self.pending: Optional[tuple] = None  # (step, device metrics, token counts after it)
+        self.window_t: Optional[float] = None
+        self.window_steps = 0
+        self.last: dict = {}
+        self.tokens: dict = {}
+        self.progress = _progress(start_step, cfg.train.steps, jax.process_index() == 0)
+
+    def push(self, step: int, metrics: dict, local_tokens: np.ndarray) -> None:
+        """Takes the step just dispatched (its metrics still on device, and this process's
+        per-source token counts after its batch); finishes the step before it."""
+        self.flush()
+        self.pending = (step, metrics, local_tokens)
+
+    def flush(self, evaluate: Optional[Callable[[], float]] = None) -> None:
+        """Finishes the pending step now (waiting for it); `evaluate` gives the eval loss of
+        these weights for its record. Call before anything that must see the step's effects:
+        eval, a checkpoint, the end of the run."""
+        if self.pending is None:
+            return
+        step, m, local_tokens = self.pending
+        self.pending = None
+        m = jax.device_get(m)
+        if not bool(m["finite"]):
+            if self.cfg.train.nan_policy == "stop":
+                raise TrainingError(
+                    f"step {step}: loss is {float(m['loss'])}, grad norm {float(m['grad_norm'])}; stopping. The step "
+                    f"was not applied; the newest checkpoint in {self.checkpoint_dir} is the last good state."
+                )
+            self.nan_skips += 1
+            print(f"step {step}: non-finite loss, step skipped ({self.nan_skips} so far)", flush=True)
+        now = time.perf_counter()
+        if self.window_t is None:  # the first step includes compilation: time from its end
+            self.window_t = now
+        else:
+            self.window_steps += 1
+        self.last = {"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
+        if due(step, self.cfg.log.every) or step == self.cfg.train.steps or evaluate is not None:
+            self._write(step, m, now, local_tokens, evaluate)
+        self.progress.update(1)
+
+    def _write(self, step: int, m: dict, now: float, local_tokens: np.ndarray,
+               evaluate: Optional[Callable[[], float]]) -> None:
+        from easylemur.sharding import process_sum
+
+        dt = now - self.window_t
+        tps = self.tokens_per_step * self.window_steps / dt if self.window_steps and dt > 0 else float("nan")
+        mfu = tps * self.flops_per_token / self.peak if math.isfinite(tps) else float("nan")
+        self.tokens = dict(zip(self.names, (int(c) for c in process_sum(local_tokens))))
+        record = {
+            "step": step, "loss": self.last["loss"], "learning_rate": float(self.lr_schedule(step)),
+            "grad_norm": self.last["grad_norm"], "trained_tokens": int(m["trained_tokens"]),
+            "tokens_per_second": tps, "mfu": mfu, "nan_skips": self.nan_skips,
+            **{f"tokens/{n}": self.tokens[n] for n in self.names},
+        }
+        if evaluate is not None:
+            record["eval_loss"] = evaluate()
+        self.writer.write(record)
+        self.progress.set_postfix_str(f"loss {self.last['loss']:.4f} tok/s {tps:,.0f} mfu {mfu:.1%}", refresh=False)
+        self.window_t, self.window_steps = time.perf_counter(), 0  # eval and writing are not step time
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(start: int, total: int, active: bool) -> Any:
+    if not active:
+        return _NoProgress()
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, desc="train", dynamic_ncols=True, mininterval=1.0, file=sys.stdout)

@@ -158,6 +158,15 @@ def host_local_to_global(batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[st
     }
 
 
+def process_sum(x: np.ndarray) -> np.ndarray:
+    """Elementwise sum of a host array over all processes; every process must call it."""
+    if jax.process_count() == 1:
+        return x
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x)).sum(axis=0)
+
+
 def initialize_distributed(
     coordinator_address: str = "", num_processes: int = 0, process_id: int = -1
 ) -> None:

@@ -9,7 +9,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from easylemur.data.pipeline import MixIterDataset, PackIterDataset, make_pipeline
-from easylemur.data.sources import validate_sources
+from easylemur.config import validate_sources
 from easylemur.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

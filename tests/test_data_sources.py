@@ -9,7 +9,8 @@ from ml_collections import ConfigDict
 
 from easylemur.config import ConfigError, load_config
 from easylemur.data.pipeline import make_pipeline
-from easylemur.data.sources import DataError, open_source, source_dict, validate_sources
+from easylemur.config import validate_sources
+from easylemur.data.sources import DataError, open_source, source_dict
 from easylemur.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from easylemur.config import load_config
 from easylemur.loss import token_loss_sum
 from easylemur.models.llama import PRESETS, init_params
 from easylemur.optim import make_optimizer
-from easylemur.train import make_train_step
+from easylemur.step import make_train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -246,18 +246,17 @@ def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
 
 def test_explicit_model_keys_apply_over_init_from(tmp_path):
     from easylemur.config import ConfigError
-    from easylemur.tokenizer import Tokenizer
-    from easylemur.train import resolve_model_config
+    from easylemur.state import resolve_run
+    from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH
     from hf_models import make_hf_model
 
     make_hf_model(vocab_size=4096).save_pretrained(tmp_path)
-    tok = Tokenizer.load(None)
-    base = [f"init.from={tmp_path}", "model.dtype=bfloat16"]
-    cfg = resolve_model_config(load_config("configs/tiny_pretrain.py", base + ["model.rope_theta=1e6",
-                                                                             "model.max_position_embeddings=4096"]), tok)
+    base = [f"init.from={tmp_path}", f"data.tokenizer={DEFAULT_TOKENIZER_PATH}", "model.dtype=bfloat16"]
+    cfg = resolve_run(load_config("configs/tiny_pretrain.py", base + ["model.rope_theta=1e6",
+                                                                     "model.max_position_embeddings=4096"])).model_cfg
     assert (cfg.rope_theta, cfg.max_position_embeddings, cfg.hidden_size, cfg.dtype) == (1e6, 4096, 64, "bfloat16")
     with pytest.raises(ConfigError, match=r"model\.hidden_size=128 contradicts init\.from"):
-        resolve_model_config(load_config("configs/tiny_pretrain.py", base + ["model.hidden_size=128"]), tok)
+        resolve_run(load_config("configs/tiny_pretrain.py", base + ["model.hidden_size=128"]))
 
 
 def test_tensor_axis_across_processes_is_refused(tmp_path):

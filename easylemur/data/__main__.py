@@ -32,41 +32,19 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """`--config.a.b=v` / `--config.a.b v` -> overrides; the rest goes to argparse."""
-    rest, overrides = [], []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a.startswith("--config."):
-            body = a[len("--config."):]
-            if "=" not in body:
-                if i + 1 >= len(argv):
-                    raise SystemExit(f"error: {a} needs a value (--config.KEY=VALUE)")
-                body, i = f"{body}={argv[i + 1]}", i + 1
-            overrides.append(body)
-        else:
-            rest.append(a)
-        i += 1
-    return rest, overrides
-
-
 def _load_tokenizer(cfg):
-    try:  # the train loop's choice (data.tokenizer, init.from's tokenizer, else the shipped one)
-        from easylemur.train import load_tokenizer
-    except ImportError:
-        load_tokenizer = None
+    """The train loop's choice (data.tokenizer, else init.from's tokenizer, else the shipped
+    one); when init.from names a run not trained yet, the shipped one, with a note."""
+    from easylemur.state import read_source, source_tokenizer
     from easylemur.tokenizer import Tokenizer
 
-    if load_tokenizer is not None:
-        try:
-            return load_tokenizer(cfg)
-        except Exception as e:  # e.g. init.from names a run that has not been trained yet
-            if cfg.data.get("tokenizer"):
-                raise
-            print(f"easylemur.data: {e}; previewing with the shipped tokenizer", file=sys.stderr)
-
-    return Tokenizer.load(cfg.data.get("tokenizer") or None)
+    try:
+        return source_tokenizer(cfg, read_source(cfg.init["from"]))
+    except Exception as e:  # e.g. init.from names a run that has not been trained yet
+        if cfg.data.get("tokenizer"):
+            raise
+        print(f"easylemur.data: {e}; previewing with the shipped tokenizer", file=sys.stderr)
+    return Tokenizer.load(None)
 
 
 def text_view(row: dict, tokenizer) -> str:
@@ -138,10 +116,9 @@ def preview(config: str, overrides: list[str], rows: int, fmt: str, out=sys.stdo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    rest, overrides = _split_overrides(argv)
-    args = _parser().parse_args(rest)
-    from easylemur.config import ConfigError
+    from easylemur.config import ConfigError, parse_cli
+
+    args, overrides = parse_cli(_parser(), argv)
     from easylemur.data.sources import DataError
 
     try:

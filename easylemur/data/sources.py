@@ -1,6 +1,7 @@
 """Data sources: per-source config validation, and random-access readers of raw records.
 
-A source config (`data.sources.<name>`) has these keys (defaults filled by `validate_sources`):
+A source config (`data.sources.<name>`) has these keys (the schema, defaults and validation
+live in easylemur.config with the rest of the config):
 
   path      a file, glob or directory of JSONL (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files;
             a directory written by `datasets.Dataset.save_to_disk`; a Hugging Face hub name
@@ -33,6 +34,8 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from easylemur.config import SOURCE_DEFAULTS
+
 # kinds of bad records, as counted and reported
 MALFORMED_JSON = "malformed_json"
 MISSING_FIELD = "missing_field"
@@ -43,18 +46,6 @@ EMPTY = "empty"
 NO_TRAINED_TOKENS = "no_trained_tokens"  # chat: nothing left to train on after truncation
 BAD_KINDS = (MALFORMED_JSON, MISSING_FIELD, NOT_A_STRING, INVALID_UTF8, UNKNOWN_ROLE, EMPTY, NO_TRAINED_TOKENS)
 
-SOURCE_DEFAULTS: dict[str, Any] = {
-    "path": "",
-    "weight": 1.0,
-    "format": "text",
-    "field": "",
-    "kind": "auto",
-    "split": "train",
-    "hf_config": "",
-    "data_dir": "",
-}
-FORMATS = ("text", "chat")
-KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
 
@@ -74,42 +65,6 @@ class BadRecord:
 
 
 # --- config ----------------------------------------------------------------------------------
-
-
-def validate_sources(sources: Any, prefix: str) -> None:
-    """Checks each `<prefix>.<name>` source config and fills the per-source defaults in place.
-
-    Raises easylemur.config.ConfigError naming the offending key."""
-    from easylemur.config import ConfigError
-
-    if sources is None:
-        return
-    if not isinstance(sources, Mapping) and not hasattr(sources, "items"):
-        raise ConfigError(f"config key '{prefix}' must be a mapping of source name -> source config")
-    for name, scfg in list(sources.items()):
-        key = f"{prefix}.{name}"
-        if not hasattr(scfg, "items"):
-            raise ConfigError(f"config key '{key}' must be a mapping with path, weight, format; got {scfg!r}")
-        for k in list(scfg.keys()):
-            if k not in SOURCE_DEFAULTS:
-                raise ConfigError(
-                    f"unknown config key '{key}.{k}' (source keys are {', '.join(SOURCE_DEFAULTS)})"
-                )
-        for k, v in SOURCE_DEFAULTS.items():
-            if k not in scfg:
-                scfg[k] = v
-        if not isinstance(scfg["path"], str) or not scfg["path"]:
-            raise ConfigError(f"config key '{key}.path' must be a non-empty string, got {scfg['path']!r}")
-        w = scfg["weight"]
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or w != w or w == float("inf"):
-            raise ConfigError(f"config key '{key}.weight' must be a positive number, got {w!r}")
-        if scfg["format"] not in FORMATS:
-            raise ConfigError(f"config key '{key}.format' must be 'text' or 'chat', got {scfg['format']!r}")
-        if scfg["kind"] not in KINDS:
-            raise ConfigError(f"config key '{key}.kind' must be one of {', '.join(KINDS)}, got {scfg['kind']!r}")
-        for k in ("field", "split", "hf_config", "data_dir"):
-            if not isinstance(scfg[k], str):
-                raise ConfigError(f"config key '{key}.{k}' must be a string, got {scfg[k]!r}")
 
 
 def source_dict(scfg: Any) -> dict[str, Any]:

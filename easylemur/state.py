@@ -1,0 +1,194 @@
+"""Where a run starts: its tokenizer, model config, parameters, optimizer state, data state and
+counters, for each of the three ways a run begins (docs/design.md, "Checkpoint layout"):
+
+- resume: the workdir holds a checkpoint; the tokenizer, the architecture, the parameter dtype
+  and the layer layout are the checkpoint's, the compute options the run config's;
+- init.from: an HF directory or an easylemur checkpoint gives the architecture, the tokenizer
+  and the parameters (restored straight into shards, restacked when the layer layout differs,
+  the vocabulary grown on device with train.extend_vocab);
+- fresh: the preset (plus model.* keys), random parameters created in their shards.
+
+`resolve_run` is the part that needs no parameters: `aot` uses it to compile the same step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from ml_collections import ConfigDict
+
+from easylemur import checkpoint, hf
+from easylemur.config import ConfigError, model_config
+from easylemur.models.llama import LlamaConfig, init_params, param_shardings
+from easylemur.models.stacking import scan_params, unscan_params
+from easylemur.step import TrainStep, build_train_step
+from easylemur.tokenizer import Tokenizer
+from easylemur.vocab import extend_vocab
+
+# LlamaConfig fields that say how to compute, not what the model is: a run config sets them
+# even when the architecture comes from init.from or a resumed checkpoint.
+COMPUTE_FIELDS = ("dtype", "param_dtype", "scan_layers", "remat", "attention", "attn_block_size")
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                "head_dim", "tie_word_embeddings")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """What a run computes with, known before any parameter is loaded."""
+
+    tokenizer: Tokenizer
+    model_cfg: LlamaConfig  # the step's model (vocabulary already grown when it grows)
+    start_cfg: LlamaConfig  # the model the parameters are first made or loaded in
+    resume: Optional[checkpoint.Saved] = None  # the workdir's checkpoint being resumed
+    source: Any = None  # init.from: None, an HF directory (str) or a checkpoint (Saved)
+    source_cfg: Optional[LlamaConfig] = None  # init.from's architecture as stored
+
+
+@dataclasses.dataclass
+class Run:
+    """The run's starting point, as the train loop takes it over."""
+
+    tokenizer: Tokenizer
+    model_cfg: LlamaConfig
+    train_step: TrainStep
+    state: dict  # {"params", "opt_state"}, global arrays in train_step.state_shardings
+    start_step: int
+    data_state: Optional[dict]  # the data iterator state to resume from, None when fresh
+    nan_skips: int
+
+
+def read_source(src: str) -> Any:
+    """init.from read once: None, the HF directory, or the checkpoint's `Saved` meta."""
+    if not src:
+        return None
+    return src if hf.is_hf_dir(src) else checkpoint.read_meta(src)
+
+
+def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer:
+    """data.tokenizer, else init.from's own tokenizer, else (fresh runs only) the shipped one.
+    A source without a tokenizer is an error: training a real model on the shipped
+    tokenizer's ids would silently scramble it."""
+    if cfg.data.tokenizer:
+        return Tokenizer.load(cfg.data.tokenizer)
+    src = cfg.init["from"]
+    if isinstance(source, str):
+        if (Path(source) / "tokenizer.model").is_file():
+            return Tokenizer.load(Path(source) / "tokenizer.model")
+        raise ConfigError(f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it was trained with")
+    if source is not None:
+        path = source.tokenizer_path()
+        if path is None:
+            raise ConfigError(f"init.from={src} holds no tokenizer; set data.tokenizer")
+        return Tokenizer.load(path)
+    return Tokenizer.load(None)
+
+
+def resolve_model_config(cfg: ConfigDict, tokenizer: Tokenizer, source: Any = None,
+                         source_cfg: Optional[LlamaConfig] = None) -> LlamaConfig:
+    """The architecture from init.from when set (else the preset), compute options from the
+    run config; explicit model.* keys win (e.g. rope_theta, rope_scaling or
+    max_position_embeddings for longer context), but a shape key may not contradict the
+    source. From scratch, the vocabulary follows the tokenizer unless model.vocab_size is set."""
+    run = model_config(cfg)
+    if source is None:
+        if "vocab_size" not in cfg.model:
+            run = dataclasses.replace(run, vocab_size=tokenizer.vocab_size)
+        return run
+    arch = source_cfg or _source_model_config(source)
+    explicit = {k: getattr(run, k) for k in cfg.model if k != "preset"}
+    for k in SHAPE_FIELDS:
+        if k in explicit and explicit[k] != getattr(arch, k):
+            raise ConfigError(
+                f"model.{k}={explicit[k]} contradicts init.from={cfg.init['from']} ({k}={getattr(arch, k)}); "
+                f"drop the override (vocabulary growth: train.extend_vocab)"
+            )
+    return dataclasses.replace(arch, **{**{k: getattr(run, k) for k in COMPUTE_FIELDS}, **explicit})
+
+
+def _source_model_config(source: Any) -> LlamaConfig:
+    return hf.read_hf_config(source) if isinstance(source, str) else source.model_config
+
+
+def resolve_run(cfg: ConfigDict, resume: Optional[checkpoint.Saved] = None) -> RunSpec:
+    """The tokenizer and model config a run uses: a resumed run its checkpoint's (compute
+    options from the config, except the stored param dtype and layer layout: the state is
+    restored as stored), otherwise init.from's or the preset's."""
+    if resume is not None:
+        saved = resume.model_config
+        run = model_config(cfg)
+        kept = ("param_dtype", "scan_layers")
+        model_cfg = dataclasses.replace(saved, **{k: getattr(run, k) for k in COMPUTE_FIELDS if k not in kept})
+        return RunSpec(Tokenizer.load(resume.tokenizer_path()), model_cfg, model_cfg, resume=resume)
+    source = read_source(cfg.init["from"])
+    tokenizer = source_tokenizer(cfg, source)
+    source_cfg = None if source is None else _source_model_config(source)
+    start = resolve_model_config(cfg, tokenizer, source, source_cfg)
+    model_cfg = start
+    if tokenizer.vocab_size > start.vocab_size:
+        if not cfg.train.extend_vocab:
+            raise ConfigError(
+                f"the tokenizer has {tokenizer.vocab_size} pieces but the model's vocab_size is "
+                f"{start.vocab_size}; set train.extend_vocab=True to grow the embeddings"
+            )
+        model_cfg = dataclasses.replace(start, vocab_size=tokenizer.vocab_size)
+    return RunSpec(tokenizer, model_cfg, start, source=source, source_cfg=source_cfg)
+
+
+def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
+    """The run's starting point: resumed from `mngr`'s newest checkpoint when there is one
+    (bit for bit: params, optimizer state, data position, counters), else a new start."""
+    resume = checkpoint.read_latest(mngr)
+    spec = resolve_run(cfg, resume)
+    ts = build_train_step(cfg, spec.model_cfg, mesh)
+    if resume is not None:
+        abstract = ts.state_abstract
+        params, opt_state = checkpoint.restore(mngr, resume.step, abstract["params"], abstract["opt_state"])
+        print(f"resumed from {resume.path}", flush=True)
+        return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, resume.step,
+                   resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)))
+    params = initial_params(cfg, spec, mesh)
+    if spec.model_cfg.vocab_size > spec.start_cfg.vocab_size:
+        # grown on device, new rows the mean of the old (docs/design.md, "Tokenizer")
+        params, _ = extend_vocab(params, spec.start_cfg, spec.model_cfg.vocab_size)
+        params = jax.device_put(params, ts.state_shardings["params"])
+        print(f"vocabulary grown from {spec.start_cfg.vocab_size} to {spec.model_cfg.vocab_size} (ChatML tokens)",
+              flush=True)
+    opt_state = jax.jit(ts.tx.init, out_shardings=ts.state_shardings["opt_state"])(params)
+    return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0)
+
+
+def put_global(host_tree: Any, shardings: Any) -> Any:
+    """Host numpy params (the same on every process) -> global arrays in `shardings`."""
+    return jax.tree.map(
+        lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: np.asarray(x[idx])), host_tree, shardings
+    )
+
+
+def initial_params(cfg: ConfigDict, spec: RunSpec, mesh: Any) -> Any:
+    """Random (sharded) params, or init.from's params in `spec.start_cfg`'s layout and shards.
+
+    An easylemur checkpoint is restored straight into shards (no host ever holds the whole
+    model) and restacked on device when its layout (scan_layers) differs from the run's. An HF
+    directory is read on each host: convert big models with `convert from-hf` first."""
+    start = spec.start_cfg
+    if spec.source is None:
+        return init_params(start, jax.random.PRNGKey(cfg.seed), mesh)
+    shardings = param_shardings(start, mesh)
+    if isinstance(spec.source, str):
+        host = hf.load_hf_params(spec.source, spec.source_cfg, dtype=jnp.dtype(start.param_dtype))
+        if start.scan_layers:
+            host = scan_params(host, start.num_layers)
+        return put_global(host, shardings)
+    saved = spec.source_cfg
+    layout = dataclasses.replace(start, scan_layers=saved.scan_layers, param_dtype=saved.param_dtype)
+    _, params, _ = checkpoint.load_params(spec.source, shardings=param_shardings(layout, mesh),
+                                          param_dtype=start.param_dtype)
+    if saved.scan_layers != start.scan_layers:
+        restack = scan_params if start.scan_layers else unscan_params
+        params = jax.jit(lambda p: restack(p, start.num_layers), out_shardings=shardings)(params)
+    return params
