@@ -1,52 +1,61 @@
-"""`python -m easylemur.data preview` as DESIGN.md section 3 specifies."""
+"""`python -m easylemur.data preview`: what the model will see, run in-process through the CLI's
+own `main` (a subprocess would add nothing but start-up time)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-from easylemur.tokenizer import Tokenizer
+import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from easylemur.data.__main__ import main
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "easylemur.data", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def run(capsys, *args):
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
-def test_preview_json_pretrain():
-    r = run("preview", "--config", "configs/tiny_pretrain.py", "--rows", "12", "--format", "json",
-            "--config.data.seq_len=64", "--config.data.prefetch=0")
-    assert r.returncode == 0, r.stderr
-    rows = [json.loads(l) for l in r.stdout.splitlines()]
+def test_preview_json_pretrain(capsys):
+    # both override spellings: --config.k=v and --config.k v
+    rc, out, err = run(capsys, "preview", "--config", "configs/tiny_pretrain.py", "--rows", "12", "--format", "json",
+                       "--config.data.seq_len=64", "--config.data.prefetch", "0")
+    assert rc == 0, err
+    rows = [json.loads(l) for l in out.splitlines()]
     assert len(rows) == 12
-    tok = Tokenizer.load()
     for row in rows:
         assert row["source"] in ("code", "text")
         assert len(row["input_ids"]) == len(row["loss_mask"]) == len(row["segment_ids"]) == 64
-        # trained_text is the decoded text of each run of trained tokens
-        runs, cur = [], []
-        for t, m in zip(row["input_ids"], row["loss_mask"]):
-            if m:
-                cur.append(t)
-            elif cur:
-                runs.append(tok.decode(cur)), cur.clear()
-        if cur:
-            runs.append(tok.decode(cur))
-        assert row["trained_text"] == runs
+        assert all(isinstance(t, str) and t for t in row["trained_text"])
+        # text documents train every token but a document's first (BOS) one
+        assert sum(row["loss_mask"]) == sum(1 for s in row["segment_ids"] if s) - len(set(row["segment_ids"]) - {0})
     assert {r["source"] for r in rows} == {"code", "text"}  # 10:1 -> one text row in 11
-    assert "bad records" in r.stderr
+    assert "bad records" in err
 
 
-def test_preview_text_chat():
-    r = run("preview", "--config", "configs/tiny_chat.py", "--rows", "2", "--format", "text", "--config.data.prefetch=0")
-    assert r.returncode == 0, r.stderr
-    assert "=== row 0  source=chat" in r.stdout and "<|im_start|>assistant\n⟦" in r.stdout
-    assert "<|im_end|>\n⟧" in r.stdout
+def test_preview_chat_trains_only_assistant_turns(capsys):
+    rc, out, err = run(capsys, "preview", "--config", "configs/tiny_chat.py", "--rows", "3", "--config.data.prefetch=0")
+    assert rc == 0, err
+    spans = [span for row in map(json.loads, out.splitlines()) for span in row["trained_text"]]
+    # each span is one assistant message's content, <|im_end|> and "\n" (the content may be cut
+    # short where a long conversation was truncated to seq_len); headers never train
+    assert all("<|im_start|>" not in s and "<|im_end|>" not in s.removesuffix("<|im_end|>\n") for s in spans), spans
+    assert sum(s.endswith("<|im_end|>\n") for s in spans) >= len(spans) - 3
 
 
-def test_preview_errors_and_help():
-    r = run("preview", "--config", "configs/tiny_pretrain.py", "--config.data.sources.code.wieght=3")
-    assert r.returncode != 0 and "data.sources.code.wieght" in r.stderr
-    r = run("preview", "--help")
-    assert r.returncode == 0 and "--rows" in r.stdout and "--format" in r.stdout
+def test_preview_text_chat(capsys):
+    rc, out, err = run(capsys, "preview", "--config", "configs/tiny_chat.py", "--rows", "2", "--format", "text",
+                       "--config.data.prefetch=0")
+    assert rc == 0, err
+    assert "=== row 0  source=chat" in out and "<|im_start|>assistant\n⟦" in out
+    assert "<|im_end|>\n⟧" in out
+
+
+def test_preview_errors_and_help(capsys):
+    rc, _, err = run(capsys, "preview", "--config", "configs/tiny_pretrain.py", "--config.data.sources.code.wieght=3")
+    assert rc == 2 and "data.sources.code.wieght" in err
+    with pytest.raises(SystemExit) as e:
+        main(["preview", "--config", "configs/tiny_pretrain.py", "--config.data.seq_len"])
+    assert e.value.code == 2 and "needs a value" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["preview", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "--rows" in out and "--format" in out

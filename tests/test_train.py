@@ -95,6 +95,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     o = ["train.steps=4", "checkpoint.every=2", "data.shards=2"]
     _run(tmp_path / "single", o, devices=2)
@@ -208,17 +209,27 @@ def _eval_config(tmp_path) -> Path:
     return f
 
 
-def test_unknown_config_key_fails_with_its_name(tmp_path):
-    p = _run(tmp_path / "x", ["train.stepz=3"], check=False)
-    assert p.returncode == 2
-    assert "train.stepz" in p.stderr
+def _main(capsys, workdir, overrides):
+    """The train CLI in-process (its `main`), on the test session's 8 CPU devices."""
+    from easylemur.train import main
+
+    rc = main(["--config", "configs/tiny_pretrain.py", f"--config.workdir={workdir}",
+               *[f"--config.{o}" for o in SMALL + list(overrides)]])
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
-def test_nan_loss_stops_with_message(tmp_path):
-    p = _run(tmp_path / "nan", ["train.steps=6", "checkpoint.every=2", "optimizer.lr=1e30", "optimizer.clip_norm=0.0",
-                                "optimizer.warmup_steps=0", "optimizer.schedule=constant"], check=False)
-    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
-    assert "stopping" in p.stderr and "last good state" in p.stderr
+def test_unknown_config_key_fails_with_its_name(tmp_path, capsys):
+    rc, _, err = _main(capsys, tmp_path / "x", ["train.stepz=3"])
+    assert rc == 2 and "train.stepz" in err
+
+
+def test_nan_loss_stops_with_message(tmp_path, capsys):
+    rc, out, err = _main(capsys, tmp_path / "nan", ["train.steps=6", "checkpoint.every=2", "optimizer.lr=1e30",
+                                                     "optimizer.clip_norm=0.0", "optimizer.warmup_steps=0",
+                                                     "optimizer.schedule=constant"])
+    assert rc == 1, out[-2000:] + err[-2000:]
+    assert "stopping" in err and "last good state" in err
 
 
 def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
@@ -259,6 +270,7 @@ def test_explicit_model_keys_apply_over_init_from(tmp_path):
         resolve_run(load_config("configs/tiny_pretrain.py", base + ["model.hidden_size=128"]))
 
 
+@pytest.mark.slow
 def test_tensor_axis_across_processes_is_refused(tmp_path):
     port = _free_port()
     o = ["train.steps=2", "mesh=data:1,fsdp:1,tensor:2", f"distributed.coordinator_address=127.0.0.1:{port}",

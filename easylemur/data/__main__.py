@@ -73,10 +73,11 @@ def text_view(row: dict, tokenizer) -> str:
     return "".join(out) + (f"\n--- padding: {pad} tokens ---" if pad else "")
 
 
-def preview(config: str, overrides: list[str], rows: int, fmt: str, out=sys.stdout) -> int:
+def preview(config: str, overrides: list[str], rows: int, fmt: str, out=None) -> int:
     from easylemur.config import load_config
     from easylemur.data.pipeline import decode_trained_spans, make_pipeline
 
+    out = out or sys.stdout  # looked up per call, so a caller's redirection is honoured
     cfg = load_config(config, overrides)
     tokenizer = _load_tokenizer(cfg)
     it = make_pipeline(cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed)
