@@ -104,7 +104,7 @@ def run_model_config(cfg) -> tuple[Any, str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from easylemur.config import OVERRIDE_HELP, ConfigError, load_config, parse_cli
+    from easylemur.config import OVERRIDE_HELP, cli_config
 
     parser = argparse.ArgumentParser(
         prog="python -m easylemur.aot",
@@ -113,12 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     parser.add_argument("--config", required=True, help="a configs/*.py file")
     parser.add_argument("--topology", required=True, help="e.g. v4:4x8x8, v5e:2x2, v5p:2x2x2")
-    args, overrides = parse_cli(parser, argv)
-    try:
-        cfg = load_config(args.config, overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    args, cfg = cli_config(parser, argv)
     try:
         result = compile_for_topology(cfg, args.topology)
     except Exception as e:

@@ -329,6 +329,19 @@ def parse_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
     return parser.parse_args(rest), overrides
 
 
+def cli_config(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ConfigDict]:
+    """`parse_cli`, then the config file its --config names with the overrides applied; a bad
+    config ends the command with status 2 and a one-line error naming the key."""
+    import sys
+
+    args, overrides = parse_cli(parser, argv)
+    try:
+        return args, load_config(args.config, overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 OVERRIDE_HELP = "Override any config key with --config.KEY=VALUE (or --config.KEY VALUE), e.g. --config.train.steps=50."
 
 

@@ -18,7 +18,7 @@ import jax
 from ml_collections import ConfigDict
 
 from easylemur import checkpoint, sharding
-from easylemur.config import OVERRIDE_HELP, ConfigError, load_config, parse_cli, to_json
+from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
 from easylemur.data.shards import DataShards, eval_batches
 from easylemur.metrics import MetricsWriter, StepLogger, TrainingError, due
 from easylemur.state import restore_or_init
@@ -94,12 +94,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args, overrides = parse_cli(_parser(), argv)
-    try:
-        cfg = load_config(args.config, overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    args, cfg = cli_config(_parser(), argv)
     try:
         train(cfg)
     except (ConfigError, TrainingError, sharding.MeshError) as e:

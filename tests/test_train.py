@@ -220,8 +220,9 @@ def _main(capsys, workdir, overrides):
 
 
 def test_unknown_config_key_fails_with_its_name(tmp_path, capsys):
-    rc, _, err = _main(capsys, tmp_path / "x", ["train.stepz=3"])
-    assert rc == 2 and "train.stepz" in err
+    with pytest.raises(SystemExit) as e:
+        _main(capsys, tmp_path / "x", ["train.stepz=3"])
+    assert e.value.code == 2 and "train.stepz" in capsys.readouterr().err
 
 
 def test_nan_loss_stops_with_message(tmp_path, capsys):
