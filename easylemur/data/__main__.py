@@ -75,6 +75,7 @@ def text_view(row: dict, tokenizer) -> str:
 
 def preview(config: str, overrides: list[str], rows: int, fmt: str, out=None) -> int:
     from easylemur.config import load_config
+    from easylemur.data.batch import ROW_KEYS
     from easylemur.data.pipeline import decode_trained_spans, make_pipeline
 
     out = out or sys.stdout  # looked up per call, so a caller's redirection is honoured
@@ -92,14 +93,8 @@ def preview(config: str, overrides: list[str], rows: int, fmt: str, out=None) ->
                 if shown >= rows:
                     break
                 src = int(batch["source"][b])
-                row = {
-                    "row": shown,
-                    "source": it.source_names[src] if src >= 0 else None,
-                    "input_ids": batch["input_ids"][b].tolist(),
-                    "loss_mask": batch["loss_mask"][b].tolist(),
-                    "segment_ids": batch["segment_ids"][b].tolist(),
-                    "positions": batch["positions"][b].tolist(),
-                }
+                row = {"row": shown, "source": it.source_names[src] if src >= 0 else None,
+                       **{k: batch[k][b].tolist() for k in ROW_KEYS}}
                 row["trained_text"] = decode_trained_spans(row["input_ids"], row["loss_mask"], tokenizer)
                 if fmt == "json":
                     out.write(json.dumps(row, ensure_ascii=False) + "\n")
