@@ -115,6 +115,10 @@ def test_two_processes_match_one(tmp_path):
     for s in a:
         assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), (s, a[s], b[s])
     assert (tmp_path / "multi" / "checkpoints" / "4").is_dir()
+    # the per-source token counters are summed over both processes' streams
+    counts = [[{k: v for k, v in json.loads(l).items() if k.startswith("tokens/")}
+               for l in (tmp_path / run / "metrics.jsonl").read_text().splitlines()] for run in ("single", "multi")]
+    assert counts[0] == counts[1] and counts[0][-1]["tokens/code"] > 0
 
 
 def test_grad_accumulation_equals_one_batch():
@@ -185,6 +189,8 @@ def test_metrics_fields_eval_and_tensorboard(tmp_path):
             assert k in r, k
         assert np.isfinite(r["loss"]) and np.isfinite(r["eval_loss"])
     assert rows[1]["tokens/code"] > rows[0]["tokens/code"] > 0
+    # text rows are packed full: the counters hold exactly the tokens of the steps logged so far
+    assert [r["tokens/code"] + r["tokens/text"] for r in rows] == [2 * 8 * 64, 4 * 8 * 64]
     assert json.loads((w / "config.json").read_text())["train"]["steps"] == 4
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
