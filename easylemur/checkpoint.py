@@ -6,8 +6,11 @@ leaves a checkpoint that looks whole):
   params/     the parameter pytree (orbax StandardSave), in the layout meta.model says
               (scan_layers: stacked `layers`, else `layers_{i}`)
   opt_state/  optimizer state (absent in parameter-only checkpoints such as from-hf output)
-  meta/       JSON: step, model (LlamaConfig fields), tokenizer (base64 sentencepiece model
-              or null), rng, data iterator state, token counters, the run config
+  meta/       JSON (written by `make_meta` alone, read by `read_meta`/`read_latest`): step,
+              model (LlamaConfig fields), tokenizer (base64 sentencepiece model or null); a
+              run's also rng, data_state (every data stream's iterator state, its per-source
+              token counters included), nan_skips and the run config; from-hf's: source
+(docs/design.md, "Checkpoint layout").
 """
 
 from __future__ import annotations
