@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from ml_collections import ConfigDict
 
-from easylemur.data.pipeline import MixIterDataset, PackIterDataset, make_pipeline
+from easylemur.data.mixture import MixIterDataset
+from easylemur.data.packing import PackIterDataset
+from easylemur.data.pipeline import make_pipeline
 from easylemur.config import validate_sources
 from easylemur.tokenizer import Tokenizer
 

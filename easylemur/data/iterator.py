@@ -1,0 +1,127 @@
+"""The data iterator the train loop holds (docs/design.md, "Bad records").
+
+It sits in the main process, after prefetch: it strips the bad-record notes the rows carry,
+counts them and the tokens of each source, replaces padding ids with the pad id, and makes
+global jax.Arrays when given a mesh. Its state (JSON-able) is grain's state of the whole chain
+(per worker under prefetch) plus those counters, so a resumed run reports the same totals.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping
+
+import grain
+import numpy as np
+
+from easylemur.data.sources import DataError
+
+SHOW_FIRST_BAD = 5  # per source: file:line printed to stderr for the first few bad records
+
+
+class DataIterator:
+    """Batches for this process; `get_state`/`set_state` for checkpoints; bad-record counts.
+
+    The counting lives here, not in the grain chain, because only the main process sees every
+    batch exactly once whatever the number of prefetch workers: counters kept inside workers
+    would be split between them and would run ahead of the batches actually consumed."""
+
+    def __init__(self, ds: grain.IterDataset, source_names: list[str], mesh: Any, pad_id: int):
+        self._ds = ds
+        self._it = ds.__iter__()
+        self.source_names = source_names
+        self.mesh = mesh
+        self.pad_id = pad_id
+        self._bad = {n: {} for n in source_names}
+        self._tokens = {n: 0 for n in source_names}
+        self._shown = {n: 0 for n in source_names}
+        self._finished = False
+
+    def __iter__(self) -> DataIterator:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            if not self._finished:
+                self._finished = True
+                self.print_report()
+            raise
+        notes = batch.pop("_bad")
+        for src_index, kind, where, detail in notes:
+            self._count_bad(self.source_names[src_index], kind, where, detail)
+        src = batch["source"]
+        seg = batch["segment_ids"]
+        counts = np.bincount(src[src >= 0], weights=(seg[src >= 0] > 0).sum(axis=1), minlength=len(self.source_names))
+        for i, n in enumerate(self.source_names):
+            self._tokens[n] += int(counts[i])
+        batch["input_ids"] = np.where(seg > 0, batch["input_ids"], np.int32(self.pad_id)).astype(np.int32)
+        if self.mesh is not None:
+            from easylemur.sharding import host_local_to_global
+
+            return host_local_to_global(batch, self.mesh)
+        return batch
+
+    def _count_bad(self, name: str, kind: str, where: str, detail: str) -> None:
+        per = self._bad.setdefault(name, {})
+        per[kind] = per.get(kind, 0) + 1
+        if self._shown.get(name, 0) < SHOW_FIRST_BAD:
+            self._shown[name] = self._shown.get(name, 0) + 1
+            msg = f"easylemur.data: skipped bad record of source '{name}' at {where}: {kind}"
+            print(msg + (f" ({detail})" if detail else ""), file=sys.stderr)
+            if self._shown[name] == SHOW_FIRST_BAD:
+                print(f"easylemur.data: further bad records of '{name}' are counted, not shown", file=sys.stderr)
+
+    def bad_records(self) -> dict[str, dict[str, int]]:
+        """{source name: {bad-record kind: count}} over the batches consumed so far."""
+        return {n: dict(v) for n, v in self._bad.items()}
+
+    def token_counts(self) -> dict[str, int]:
+        """{source name: tokens}: the non-padding tokens (segment_ids > 0) of each source over
+        the batches this iterator has yielded so far. It is the run's one per-source token
+        counter (the train loop reads it rather than counting on device), and it is part of
+        `get_state()`, so a resumed run continues the totals instead of restarting them."""
+        return dict(self._tokens)
+
+    def report(self) -> str:
+        """One line with the bad-record totals per source and kind, for the end of a run."""
+        parts = []
+        for n, kinds in self._bad.items():
+            total = sum(kinds.values())
+            if total:
+                parts.append(f"'{n}': {total} (" + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")")
+        return "easylemur.data: bad records skipped: " + ("; ".join(parts) if parts else "none")
+
+    def print_report(self) -> None:
+        """Writes `report()` to stderr (done once by itself when finite data runs out)."""
+        print(self.report(), file=sys.stderr)
+
+    def get_state(self) -> dict[str, Any]:
+        """The JSON-able state a checkpoint stores: grain's chain plus every counter."""
+        return {"version": 1, "grain": self._it.get_state(), "bad": self.bad_records(),
+                "tokens": self.token_counts(), "shown": dict(self._shown), "sources": list(self.source_names)}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Resumes from `get_state()`; refuses a state saved for other sources."""
+        if state.get("version") != 1:
+            raise DataError(f"unknown data iterator state version {state.get('version')!r}")
+        if list(state["sources"]) != self.source_names:
+            raise DataError(f"iterator state is for sources {state['sources']}, the pipeline reads {self.source_names}")
+        self._it.set_state(state["grain"])
+        self._bad = {n: dict(state["bad"].get(n, {})) for n in self.source_names}
+        self._tokens = {n: int(state["tokens"].get(n, 0)) for n in self.source_names}
+        self._shown = {n: int(state["shown"].get(n, 0)) for n in self.source_names}
+        self._finished = False
+
+    def close(self) -> None:
+        """Stops the prefetch workers (if any) now rather than at garbage collection."""
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> DataIterator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,64 @@
+"""Streamed HF hub datasets as grain sources (docs/design.md, "Sources").
+
+A stream has no length and no random access, so it cannot be a grain MapDataset like the
+file sources: it enters the pipeline as an IterDataset of (where, record), sharded by process
+and by prefetch worker, with the number of records consumed as its state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import grain
+
+from easylemur.data.sources import StreamSpec
+
+
+class StreamIterDataset(grain.IterDataset):
+    """A streamed HF hub dataset as a grain source: sharded by process (split_dataset_by_node)
+    and by prefetch worker (set_slice); its state is the number of records consumed."""
+
+    def __init__(self, spec: StreamSpec, shard_index: int, shard_count: int, seed: int | None):
+        super().__init__()
+        self.spec = spec
+        self.shard_index, self.shard_count, self.seed = shard_index, shard_count, seed
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        # worker w of W reads shard (process * W + w) of (processes * W)
+        w, W = sl.start or 0, sl.step or 1
+        self.shard_index, self.shard_count = self.shard_index * W + w, self.shard_count * W
+
+    def __iter__(self) -> StreamIterator:
+        return StreamIterator(self)
+
+
+class StreamIterator(grain.DatasetIterator):
+    """Reads one shard of a `StreamIterDataset`, naming each record by its ordinal ("name:record
+    n") since a stream has no file and line for bad-record messages to point at."""
+
+    def __init__(self, ds: StreamIterDataset):
+        super().__init__()
+        self.ds = ds
+        self.count = 0
+        self._it = None
+
+    def _open(self):
+        self._it = iter(self.ds.spec.open(self.ds.shard_index, self.ds.shard_count, self.ds.seed))
+
+    def __next__(self) -> tuple[str, Any]:
+        if self._it is None:
+            self._open()
+        rec = next(self._it)
+        where = f"{self.ds.spec.name}:record {self.count}"
+        self.count += 1
+        return where, rec
+
+    def get_state(self) -> dict[str, int]:
+        return {"count": self.count}
+
+    def set_state(self, state: Mapping[str, int]) -> None:
+        # Streams cannot seek: reopen and skip (exact, but costs a re-read of the prefix).
+        self._open()
+        for _ in range(int(state["count"])):
+            next(self._it)
+        self.count = int(state["count"])
