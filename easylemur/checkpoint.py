@@ -38,8 +38,10 @@ class CheckpointError(ValueError):
 
 
 def manager(directory: str | Path, keep: int | None = None, async_save: bool = True) -> ocp.CheckpointManager:
+    # orbax reads max_to_keep=0 as "keep none": every save would delete itself. 0 here (like
+    # None) keeps every checkpoint.
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
+        max_to_keep=keep or None, create=True, enable_async_checkpointing=async_save,
     )
     return ocp.CheckpointManager(as_path(directory), options=options, item_names=ITEMS)
 

@@ -69,7 +69,9 @@ def default_config() -> ConfigDict:
     c.train.z_loss = 0.0
     c.train.loss_chunk = 0  # >0: LM head + loss over this many positions at a time (long rows, big vocab)
     c.train.nan_policy = "stop"  # "stop" | "skip"
-    c.train.extend_vocab = False  # add the ChatML tokens (and grow embeddings) when init.from lacks them
+    # grow the embedding and LM head to the tokenizer's size when it has more pieces than
+    # init.from's model (e.g. after `tokenizer extend` added the ChatML tokens)
+    c.train.extend_vocab = False
 
     c.optimizer = ConfigDict()
     c.optimizer.lr = 3e-4
@@ -87,7 +89,7 @@ def default_config() -> ConfigDict:
 
     c.checkpoint = ConfigDict()
     c.checkpoint.every = 50
-    c.checkpoint.keep = 3
+    c.checkpoint.keep = 3  # newest checkpoints kept; 0 keeps every one
 
     c.log = ConfigDict()
     c.log.every = 10
@@ -262,6 +264,8 @@ def validate(cfg: ConfigDict) -> None:
         raise ConfigError(
             f"train.batch_size={cfg.train.batch_size} must be divisible by train.grad_accum={cfg.train.grad_accum}"
         )
+    if cfg.eval.every and not cfg.data.eval_sources:
+        raise ConfigError(f"eval.every={cfg.eval.every} but data.eval_sources is empty; add held-out sources or set eval.every=0")
     if cfg.optimizer.schedule not in ("cosine", "linear", "constant"):
         raise ConfigError(f"optimizer.schedule must be cosine, linear or constant, got {cfg.optimizer.schedule!r}")
     if cfg.train.nan_policy not in ("stop", "skip"):

@@ -20,6 +20,7 @@ from ml_collections import ConfigDict
 from easylemur import checkpoint, sharding
 from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
 from easylemur.data.shards import DataShards, eval_batches
+from easylemur.data.sources import DataError
 from easylemur.metrics import MetricsWriter, StepLogger, TrainingError, due
 from easylemur.state import restore_or_init
 from easylemur.step import build_eval_step, mean_eval_loss
@@ -97,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args, cfg = cli_config(_parser(), argv)
     try:
         train(cfg)
-    except (ConfigError, TrainingError, sharding.MeshError) as e:
+    except (ConfigError, DataError, TrainingError, sharding.MeshError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

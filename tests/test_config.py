@@ -52,3 +52,30 @@ def test_batch_must_divide_by_accumulation():
 def test_every_source_key_can_be_overridden():
     cfg = load_config("configs/tiny_pretrain.py", ["data.sources.code.field=content"])
     assert cfg.data.sources.code.field == "content"
+
+
+def test_eval_without_eval_sources_is_refused():
+    with pytest.raises(ConfigError, match=r"eval\.every=5 but data\.eval_sources is empty"):
+        load_config("configs/tiny_pretrain.py", ["eval.every=5"])
+
+
+def test_override_parser_takes_both_spellings():
+    from easylemur.config import split_overrides
+
+    rest, overrides = split_overrides(["preview", "--config", "c.py", "--config.a.b=1", "--config.c", "x y", "--rows", "2"])
+    assert rest == ["preview", "--config", "c.py", "--rows", "2"] and overrides == ["a.b=1", "c=x y"]
+    with pytest.raises(ConfigError, match="needs a value"):
+        split_overrides(["--config.train.steps"])
+
+
+def test_checkpoint_keep_zero_keeps_every_checkpoint(tmp_path):
+    import numpy as np
+
+    from easylemur import checkpoint
+
+    mngr = checkpoint.manager(tmp_path, keep=0, async_save=False)
+    for step in (1, 2, 3):
+        checkpoint.save(mngr, step, {"w": np.full((2,), step, np.float32)}, {"step": step}, force=True)
+    mngr.wait_until_finished()
+    assert mngr.all_steps() == [1, 2, 3]
+    mngr.close()

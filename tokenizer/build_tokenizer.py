@@ -2,7 +2,7 @@
 
     python tokenizer/build_tokenizer.py [--vocab-size 4096] [--out tokenizer/easylemur_bpe.model]
 
-Settings are lossless for code (DESIGN.md section 4): identity normalisation, no whitespace
+Settings are lossless for code (docs/design.md, "Tokenizer"): identity normalisation, no whitespace
 collapsing, no dummy prefix (so separately encoded pieces of a ChatML conversation concatenate
 to the encoding of the whole text), byte fallback, split digits, whitespace-only pieces (runs of
 indentation become single tokens). Ids: 0 <unk>, 1 <s>, 2 </s>, 3 <pad>, 4 <|im_start|>,
