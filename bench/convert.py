@@ -57,6 +57,7 @@ def make_random_hf(out: Path, size_gb: float) -> dict:
 
     from easylemur import hf
     from easylemur.models.llama import LlamaConfig
+    from easylemur.safetensors_io import LazyArray, write_sharded_safetensors
 
     d, f, V = 2048, 5504, 32000
     per_layer = 4 * d * d + 3 * d * f + 2 * d
@@ -69,9 +70,9 @@ def make_random_hf(out: Path, size_gb: float) -> dict:
     def rand(shape):
         return lambda: (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
 
-    items = [(m.hf_name, hf.LazyArray(m.hf_shape, ml_dtypes.bfloat16, rand(m.hf_shape))) for m in hf.tensor_maps(cfg)]
+    items = [(m.hf_name, LazyArray(m.hf_shape, ml_dtypes.bfloat16, rand(m.hf_shape))) for m in hf.tensor_maps(cfg)]
     total = sum(math.prod(m.hf_shape) * 2 for m in hf.tensor_maps(cfg))
-    hf.write_sharded_safetensors(out, items, max_shard_bytes=total // 2 + 1)
+    write_sharded_safetensors(out, items, max_shard_bytes=total // 2 + 1)
     (out / "config.json").write_text(json.dumps(hf.config_to_hf(cfg)))
     return {"layers": layers, "params": cfg.num_params(), "bytes": total}
 

@@ -11,11 +11,13 @@ loaders cast on restore) and meta.model.param_dtype records it.
 
 Memory: orbax's StandardSave wants the whole pytree and, for numpy leaves, deep-copies all of
 them and writes them concurrently (2x the model in RAM). Here the tree handed to orbax holds
-`hf.LazyArray` leaves (shape and dtype only), and a type handler for them materialises and
-writes one leaf at a time. The on-disk result is byte-for-byte the layout `save_params` writes
-(same handler, same `np.ndarray` value type, OCDBT + zarr). to-hf reads leaf by leaf with
-tensorstore from that layout (a scanned checkpoint's layer i is a slice of the stacked array)
-and writes shard files tensor by tensor.
+`safetensors_io.LazyArray` leaves (shape and dtype only), and a type handler for them
+materialises and writes one leaf at a time (`lazy_array_params_handler`, the one place that
+uses orbax internals; without them from-hf saves through orbax's public API, holding the model
+in memory). The on-disk result is byte-for-byte the layout `save_params` writes (same handler,
+same `np.ndarray` value type, OCDBT + zarr). to-hf reads leaf by leaf with tensorstore from that
+layout (a scanned checkpoint's layer i is a slice of the stacked array) and writes shard files
+tensor by tensor.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from easylemur import hf
-from easylemur.models.llama import LlamaConfig
-
+from easylemur import checkpoint, hf
+from easylemur.models.llama import LlamaConfig, param_specs
+from easylemur.safetensors_io import LazyArray, TensorFileError, parse_size, write_sharded_safetensors
+from easylemur.tokenizer import Tokenizer, TokenizerError, extend_model
+from easylemur.vocab import grow_rows
 
 
 class ConvertError(ValueError):
@@ -73,12 +77,46 @@ def cast(name: str, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
 # ----------------------------------------------------------------------------- streaming orbax save
 
 
-def _streaming_params_handler():
-    """An orbax StandardCheckpointHandler whose numpy writer takes LazyArray leaves and writes
-    them sequentially, each materialised only while it is written."""
+class OrbaxInternalsMissing(RuntimeError):
+    """The installed orbax lacks an internal name `lazy_array_params_handler` relies on."""
+
+    def __init__(self, symbol: str):
+        import orbax.checkpoint as ocp
+
+        self.symbol = symbol
+        version = getattr(ocp, "__version__", "?")
+        super().__init__(f"orbax-checkpoint {version} has no {symbol} (convert.lazy_array_params_handler was "
+                         "written against orbax-checkpoint 0.12.8)")
+
+
+def lazy_array_params_handler():
+    """(handler, save-args class) for a params item whose leaves are LazyArrays: each leaf is
+    materialised only while it is written, one after the other. Raises OrbaxInternalsMissing
+    naming the first orbax name that is gone.
+
+    Written against orbax-checkpoint 0.12.8. Why: orbax's StandardSave takes the whole pytree
+    and its numpy handler deep-copies every leaf before writing them all concurrently, so a
+    from-hf conversion would hold the model twice in RAM. orbax has no public way to stream
+    leaves, so this is the one place in easylemur that uses orbax internals:
+      - `NumpyHandler._background_serialize`: the write of arrays already in memory, called
+        here one leaf at a time;
+      - `StandardCheckpointHandler()._impl`: the PyTreeCheckpointHandler it wraps, replaced by
+        one whose type registry knows LazyArray (so the step metadata still names
+        StandardCheckpointHandler, exactly as `checkpoint.save_params` writes);
+      - `StandardCheckpointHandler()._supported_types`: its leaf-type check, extended with
+        LazyArray.
+    tests/test_convert.py::test_orbax_internals_for_streaming_save fails naming the symbol
+    when an orbax upgrade removes one; `save_streaming` then falls back to the public API."""
+    import jax
     import orbax.checkpoint as ocp
     from orbax.checkpoint import future, type_handlers
-    from orbax.checkpoint._src.serialization.type_handler_registry import create_type_handler_registry
+
+    if not hasattr(type_handlers.NumpyHandler, "_background_serialize"):
+        raise OrbaxInternalsMissing("orbax.checkpoint.type_handlers.NumpyHandler._background_serialize")
+    handler = ocp.StandardCheckpointHandler()
+    for name in ("_impl", "_supported_types"):
+        if not hasattr(handler, name):
+            raise OrbaxInternalsMissing(f"orbax.checkpoint.StandardCheckpointHandler().{name}")
 
     class LazyNumpyHandler(type_handlers.NumpyHandler):
         # typestr stays "np.ndarray": the checkpoint must read back exactly like save_params'.
@@ -96,27 +134,22 @@ def _streaming_params_handler():
 
             return [future.CommitFutureAwaitingContractedSignals(one_at_a_time(), name="easylemur_lazy_numpy")]
 
-    import jax
-
     # jax.Array's handler is there only so orbax keeps writing its array-metadata store, as
     # it does for save_params; every leaf here is a LazyArray.
-    registry = create_type_handler_registry((jax.Array, type_handlers.ArrayHandler()), (hf.LazyArray, LazyNumpyHandler()))
-    impl = ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
-    handler = ocp.StandardCheckpointHandler()
-    if hasattr(handler, "_impl") and hasattr(handler, "_supported_types"):
-        # StandardCheckpointHandler is a validating wrapper around a PyTreeCheckpointHandler;
-        # swapping the wrapped one keeps "StandardCheckpointHandler" in the step's metadata.
-        handler._impl = impl
-        handler._supported_types = (*handler._supported_types, hf.LazyArray)
-        return handler, ocp.args.StandardSave
-    return impl, ocp.args.PyTreeSave  # same params/ layout, recorded as a PyTree item
+    registry = type_handlers.create_type_handler_registry((jax.Array, type_handlers.ArrayHandler()),
+                                                          (LazyArray, LazyNumpyHandler()))
+    handler._impl = ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
+    handler._supported_types = (*handler._supported_types, LazyArray)
+    return handler, ocp.args.StandardSave
 
 
-def save_streaming(out: str | Path, params: Any, meta: dict, overwrite: bool = False) -> Path:
+def save_streaming(out: str | Path, params: Any, meta: dict, overwrite: bool = False, log=None) -> Path:
     """Writes a parameter-only step-0 checkpoint `out/checkpoints/0` from a tree whose leaves
     may be LazyArrays; returns the step directory."""
+    import jax
     import orbax.checkpoint as ocp
 
+    log = log or (lambda msg: print(msg, file=sys.stderr))
     ckdir = (Path(out) / "checkpoints").absolute()
     if ckdir.is_dir() and any(p.name.isdigit() for p in ckdir.iterdir()):
         if not overwrite:
@@ -124,7 +157,13 @@ def save_streaming(out: str | Path, params: Any, meta: dict, overwrite: bool = F
             raise ConvertError(f"--out {out}: {ckdir} already holds checkpoints (steps {', '.join(steps)}); "
                                "choose an empty directory or pass --force")
         shutil.rmtree(ckdir)
-    handler, save_args = _streaming_params_handler()
+    try:
+        handler, save_args = lazy_array_params_handler()
+    except OrbaxInternalsMissing as e:
+        log(f"note: {e}; saving through orbax's public StandardSave instead, which holds the whole model "
+            "in memory (about twice)")
+        handler, save_args = ocp.StandardCheckpointHandler(), ocp.args.StandardSave
+        params = jax.tree.map(lambda x: x() if isinstance(x, LazyArray) else x, params)
     mngr = ocp.CheckpointManager(
         ckdir,
         options=ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False),
@@ -153,10 +192,6 @@ def _store_dtype(param_dtype: str, pairs) -> np.dtype:
 def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", tokenizer: str | Path | None = None,
             add_chatml_tokens: bool = False, overwrite: bool = False, log=None) -> Path:
     """HF Llama directory -> easylemur checkpoint `out/checkpoints/0`; returns the step dir."""
-    from easylemur import checkpoint
-    from easylemur.models.llama import param_specs
-    from easylemur.vocab import grow_rows
-
     log = log or (lambda msg: print(msg, file=sys.stderr))
     hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
@@ -181,8 +216,6 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
             if tok_path is None:
                 raise ConvertError("--add-chatml-tokens needs a sentencepiece tokenizer.model "
                                    f"(none in {hf_dir}; pass --tokenizer PATH)")
-            from easylemur.tokenizer import extend_model
-
             report = extend_model(str(tok_path), str(Path(tmp) / "tokenizer.model"))
             tok_path = Path(report["model"])
             # New pieces get ids after the tokenizer's last; an embedding already padded past
@@ -190,8 +223,6 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
             vocab_size = max(cfg.vocab_size, int(report["vocab_size"]))
             log(f"ChatML tokens {report['added'] or '(already present)'}; vocabulary {cfg.vocab_size} -> {vocab_size}")
         if tok_path is not None:
-            from easylemur.tokenizer import Tokenizer
-
             n_tok = Tokenizer(str(tok_path)).vocab_size
             if n_tok > vocab_size:
                 raise ConvertError(f"tokenizer {tok_path} has {n_tok} pieces but the model only {vocab_size} "
@@ -212,15 +243,11 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
                 return x if grow is None else grow_rows(x, vocab_size, axis=grow)
 
             shape = hf.get_path(shapes, m.path).shape
-            hf._set(tree, m.path, hf.LazyArray(shape, store, load))
+            hf.set_path(tree, m.path, LazyArray(shape, store, load))
 
-        meta = {
-            "step": 0,
-            "model": checkpoint.model_config_to_json(out_cfg),
-            "tokenizer": checkpoint.tokenizer_to_json(tok_path),
-            "source": {"converted_from": "hf", "hf_dir": str(hf_dir.absolute()), "hf_vocab_size": cfg.vocab_size},
-        }
-        step_dir = save_streaming(out, tree, meta, overwrite=overwrite)
+        meta = checkpoint.make_meta(0, out_cfg, tok_path, source={
+            "converted_from": "hf", "hf_dir": str(hf_dir.absolute()), "hf_vocab_size": cfg.vocab_size})
+        step_dir = save_streaming(out, tree, meta, overwrite=overwrite, log=log)
     return step_dir
 
 
@@ -232,18 +259,9 @@ class CheckpointTensors:
     time, straight from orbax's on-disk layout with tensorstore."""
 
     def __init__(self, path: str | Path, step: int | None = None):
-        from easylemur import checkpoint
-
-        directory, self.step = checkpoint.resolve(path, step)
-        mngr = checkpoint.manager(directory, async_save=False)
-        try:
-            self.meta = checkpoint.restore_meta(mngr, self.step)
-        finally:
-            mngr.close()
-        if "model" not in self.meta:
-            raise checkpoint.CheckpointError(f"{directory / str(self.step)}: meta has no model config")
-        self.cfg: LlamaConfig = checkpoint.model_config_from_json(self.meta["model"])
-        self.params_dir = (directory / str(self.step) / "params").absolute()
+        self.saved = checkpoint.read_meta(path, step)
+        self.cfg: LlamaConfig = self.saved.model_config
+        self.params_dir = (self.saved.path / "params").absolute()
         md_file = self.params_dir / "_METADATA"
         if not md_file.is_file():
             raise checkpoint.CheckpointError(f"{self.params_dir}: no _METADATA; not an orbax params item")
@@ -291,13 +309,10 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
           max_shard_size: str | int = "5GB", overwrite: bool = False, log=None) -> Path:
     """easylemur checkpoint -> HF directory (sharded safetensors + index, config.json,
     generation_config.json, tokenizer files with the ChatML chat template); returns out."""
-    from easylemur import checkpoint
-    from easylemur.models.llama import param_specs
-
     log = log or (lambda msg: print(msg, file=sys.stderr))
     target = _np_dtype(dtype)
     try:
-        max_bytes = hf.parse_size(max_shard_size)
+        max_bytes = parse_size(max_shard_size)
     except ValueError as e:
         raise ConvertError(f"--max-shard-size: {e}") from None
     reader = CheckpointTensors(checkpoint_path, step)
@@ -324,15 +339,13 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
         def load(m=m):
             return cast(m.hf_name, m.to_hf(reader.read(m.path)), target)
 
-        items.append((m.hf_name, hf.LazyArray(m.hf_shape, target, load)))
-    index = hf.write_sharded_safetensors(out, items, max_bytes)
+        items.append((m.hf_name, LazyArray(m.hf_shape, target, load)))
+    index = write_sharded_safetensors(out, items, max_bytes)
 
-    tok_path = checkpoint.tokenizer_from_json(reader.meta.get("tokenizer"))
+    tok_path = reader.saved.tokenizer_path()
     eos_ids = [cfg.eos_token_id]
     pad_id = None
     if tok_path is not None:
-        from easylemur.tokenizer import Tokenizer
-
         tok = Tokenizer(str(tok_path))
         if tok.vocab_size > cfg.vocab_size:
             log(f"warning: tokenizer has {tok.vocab_size} pieces, the model {cfg.vocab_size} rows")
@@ -385,13 +398,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from easylemur.checkpoint import CheckpointError
-
     args = _parser().parse_args(argv)
-    try:
-        from easylemur.tokenizer import TokenizerError
-    except ImportError:  # pragma: no cover - tokenizer module always ships
-        TokenizerError = ConvertError  # type: ignore
     try:
         if args.cmd == "from-hf":
             step_dir = from_hf(args.hf, args.out, param_dtype=args.param_dtype, tokenizer=args.tokenizer,
@@ -401,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = to_hf(args.checkpoint, args.out, step=args.step, dtype=args.dtype,
                         max_shard_size=args.max_shard_size, overwrite=args.force)
             print(json.dumps({"hf_dir": str(out)}))
-    except (ConvertError, hf.HFFormatError, CheckpointError, TokenizerError) as e:
+    except (ConvertError, hf.HFFormatError, TensorFileError, checkpoint.CheckpointError, TokenizerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

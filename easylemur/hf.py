@@ -1,31 +1,31 @@
-"""Hugging Face Llama format: config mapping, tensor names and layouts, streaming safetensors I/O.
+"""Hugging Face Llama directories: config mapping, tensor names and layouts, reading a directory.
 
-Every fact about HF's layout lives here (DESIGN.md §4): Linear weights are [out, in] and Flax
-kernels are their transpose, reshaped so heads are a dimension of their own. The mapping is a
-table of (HF name, param path, to_flax, to_hf), so readers and writers can go tensor by tensor.
+Every fact about HF's layout lives here (docs/design.md, "HF layout"): Linear weights are
+[out, in] and Flax kernels are their transpose, reshaped so heads are a dimension of their own.
+The mapping is a table of (HF name, param path, to_flax, to_hf), so readers and writers can go
+tensor by tensor.
 
-Streaming: `index_hf_tensors` reads only headers and hands out TensorSources that read one
-tensor on demand; `LazyArray` (shape + dtype + loader) is what the writers take, so
-`write_sharded_safetensors` and convert's orbax save hold one tensor at a time.
+The files themselves (safetensors headers, TensorSource, LazyArray, the sharded writer, torch
+.bin) are `easylemur.safetensors_io`; `index_hf_tensors` reads only a directory's headers and
+hands out its TensorSources, which read one tensor on demand.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import struct
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import ml_dtypes
 import numpy as np
 
 from easylemur.models.llama import SUPPORTED_ROPE_TYPES, LlamaConfig
+from easylemur.safetensors_io import TensorSource, file_tensors, iter_tensor_file
 
 
 class HFFormatError(ValueError):
-    """An HF directory easylemur cannot read faithfully; the message names file and field."""
+    """An HF directory easylemur cannot read faithfully; the message names file and field.
+    (A tensor file that cannot be read is a `safetensors_io.TensorFileError`.)"""
 
 
 # ----------------------------------------------------------------------------- config
@@ -135,6 +135,16 @@ def config_to_hf(cfg: LlamaConfig, eos_token_ids: list[int] | None = None, torch
     }
 
 
+def generation_config(cfg: LlamaConfig, eos_token_ids: list[int], pad_token_id: int | None = None) -> dict:
+    """generation_config.json: every id generation must stop on (for a ChatML model that
+    includes <|im_end|>, since EOS is never trained after an assistant turn)."""
+    out: dict[str, Any] = {"bos_token_id": cfg.bos_token_id,
+                           "eos_token_id": eos_token_ids[0] if len(eos_token_ids) == 1 else list(eos_token_ids)}
+    if pad_token_id is not None:
+        out["pad_token_id"] = pad_token_id
+    return out
+
+
 # ----------------------------------------------------------------------------- tensor layout
 
 
@@ -186,188 +196,6 @@ def tensor_maps(cfg: LlamaConfig) -> list[TensorMap]:
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
-# ----------------------------------------------------------------------------- safetensors
-
-
-_ST_DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-}
-_ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
-
-
-def read_safetensors_header(path: str | Path) -> tuple[dict, int]:
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise HFFormatError(f"{path}: not a safetensors file (too short)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > 100 * 2**20:
-            raise HFFormatError(f"{path}: not a safetensors file (header of {n} bytes)")
-        try:
-            header = json.loads(f.read(n))
-        except json.JSONDecodeError as e:
-            raise HFFormatError(f"{path}: corrupt safetensors header: {e}") from None
-    return header, 8 + n
-
-
-def iter_safetensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
-    """(name, array) for each tensor, memory-mapped: nothing is read until it is used."""
-    header, start = read_safetensors_header(path)
-    mm = np.memmap(path, dtype=np.uint8, mode="r")
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] not in _ST_DTYPES:
-            raise HFFormatError(f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
-        lo, hi = info["data_offsets"]
-        dtype = np.dtype(_ST_DTYPES[info["dtype"]])
-        arr = mm[start + lo : start + hi].view(dtype).reshape(info["shape"])
-        yield name, arr
-
-
-def write_safetensors(path: str | Path, tensors: Iterator[tuple[str, np.ndarray]] | list, metadata: dict | None = None) -> None:
-    """Writes tensors one at a time (the list of names and shapes must be known up front, so
-    pass a list of (name, array-or-thunk)); memory use is one tensor at a time."""
-    items = list(tensors)
-    header: dict[str, Any] = {"__metadata__": {"format": "pt", **(metadata or {})}}
-    offset = 0
-    for name, arr in items:
-        shape, dtype = _shape_dtype(arr)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        header[name] = {"dtype": _ST_NAMES[np.dtype(dtype)], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    tmp = Path(str(path) + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(blob)))
-            f.write(blob)
-            for name, arr in items:
-                a = np.ascontiguousarray(arr() if callable(arr) else arr)
-                if tuple(a.shape) != tuple(header[name]["shape"]) or _ST_NAMES[np.dtype(a.dtype)] != header[name]["dtype"]:
-                    raise ValueError(f"{name}: promised {header[name]['shape']} {header[name]['dtype']}, got {a.shape} {a.dtype}")
-                f.write(memoryview(a.reshape(-1).view(np.uint8)))
-                del a
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
-
-
-def _shape_dtype(arr) -> tuple[tuple, Any]:
-    if callable(arr) and hasattr(arr, "shape"):
-        return tuple(arr.shape), arr.dtype
-    if callable(arr):
-        raise TypeError("a lazy tensor must carry .shape and .dtype")
-    return tuple(arr.shape), arr.dtype
-
-
-class LazyArray:
-    """Shape and dtype now, data when called: what the streaming writers (safetensors shards,
-    the orbax checkpoint of `convert from-hf`) hold instead of arrays, so that at most one
-    tensor of the model is in memory at a time."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: Any, load: Callable[[], np.ndarray]):
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
-        self._load = load
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    def __call__(self) -> np.ndarray:
-        arr = self._load()
-        if tuple(arr.shape) != self.shape or np.dtype(arr.dtype) != self.dtype:
-            raise ValueError(f"lazy tensor promised {self.shape} {self.dtype}, produced {arr.shape} {arr.dtype}")
-        return arr
-
-    def __repr__(self) -> str:
-        return f"LazyArray({self.shape}, {self.dtype})"
-
-
-def parse_size(text: str | int) -> int:
-    """'5GB' -> 5e9 bytes, as transformers' max_shard_size reads it (KB/MB/GB powers of 10,
-    KiB/MiB/GiB powers of 2, a bare number is bytes)."""
-    if isinstance(text, int):
-        return text
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", str(text), re.IGNORECASE)
-    if not m:
-        raise ValueError(f"size {text!r} is not a number of bytes like 5GB, 500MB, 2GiB or 1000000")
-    unit = (m.group(2) or "B").upper()
-    mult = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-            "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}[unit]
-    n = int(float(m.group(1)) * mult)
-    if n <= 0:
-        raise ValueError(f"size {text!r} must be positive")
-    return n
-
-
-def plan_shards(items: list[tuple[str, Any]], max_shard_bytes: int) -> list[list[tuple[str, Any]]]:
-    """Consecutive groups of at most max_shard_bytes (a bigger tensor gets a shard alone)."""
-    shards: list[list] = [[]]
-    size = 0
-    for name, arr in items:
-        shape, dtype = _shape_dtype(arr)
-        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        if shards[-1] and size + n > max_shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append((name, arr))
-        size += n
-    return shards
-
-
-def write_sharded_safetensors(out_dir: str | Path, items: list[tuple[str, Any]], max_shard_bytes: int) -> dict:
-    """model-0000k-of-0000n.safetensors + model.safetensors.index.json, one tensor in memory at
-    a time; returns the index. Shards are renamed into place only once complete; on an error
-    the shards already written are removed, so a failed export leaves no half model."""
-    out_dir = Path(out_dir)
-    shards = plan_shards(items, max_shard_bytes)
-    n = len(shards)
-    weight_map: dict[str, str] = {}
-    total = 0
-    written: list[Path] = []
-    try:
-        for k, shard in enumerate(shards, 1):
-            fname = f"model-{k:05d}-of-{n:05d}.safetensors"
-            write_safetensors(out_dir / fname, shard)
-            written.append(out_dir / fname)
-            for name, arr in shard:
-                shape, dtype = _shape_dtype(arr)
-                weight_map[name] = fname
-                total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    except BaseException:
-        for f in written:
-            f.unlink(missing_ok=True)
-        raise
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    return index
-
-
-def generation_config(cfg: LlamaConfig, eos_token_ids: list[int], pad_token_id: int | None = None) -> dict:
-    """generation_config.json: every id generation must stop on (for a ChatML model that
-    includes <|im_end|>, since EOS is never trained after an assistant turn)."""
-    out: dict[str, Any] = {"bos_token_id": cfg.bos_token_id,
-                           "eos_token_id": eos_token_ids[0] if len(eos_token_ids) == 1 else list(eos_token_ids)}
-    if pad_token_id is not None:
-        out["pad_token_id"] = pad_token_id
-    return out
-
-
 # ----------------------------------------------------------------------------- reading a directory
 
 
@@ -398,70 +226,16 @@ def _weight_files(path: Path, required: bool = True) -> list[Path]:
     return []
 
 
-@dataclasses.dataclass
-class TensorSource:
-    """One tensor of an HF directory: shape and dtype known, data read only by `read()`.
-
-    safetensors data is read with a positioned read into a fresh buffer rather than through a
-    long-lived memory map: a map keeps every page it touched resident (and counted in RSS)
-    until it is closed, which over a whole 140 GB model is the whole model."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    file: Path
-    offset: int = 0  # absolute byte offset in a safetensors file
-    tensor: Any = None  # the (memory-mapped) torch tensor of a .bin file
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def read(self) -> np.ndarray:
-        if self.tensor is not None:
-            return _torch_to_numpy(self.tensor).copy()
-        out = np.empty(self.shape, self.dtype)
-        buf = memoryview(out.reshape(-1).view(np.uint8))
-        with open(self.file, "rb", buffering=0) as f:
-            f.seek(self.offset)
-            done = 0
-            while done < len(buf):
-                n = f.readinto(buf[done:])
-                if not n:
-                    raise HFFormatError(f"{self.file}: truncated; tensor {self.name} ends past the end of the file")
-                done += n
-        return out
-
-
 def index_hf_tensors(path: str | Path) -> dict[str, TensorSource]:
     """Name -> TensorSource for every tensor of an HF directory, reading headers only."""
     path = Path(path)
     sources: dict[str, TensorSource] = {}
     for file in _weight_files(path):
-        if file.suffix == ".safetensors":
-            header, start = read_safetensors_header(file)
-            size = file.stat().st_size
-            for name, info in header.items():
-                if name == "__metadata__":
-                    continue
-                if info.get("dtype") not in _ST_DTYPES:
-                    raise HFFormatError(f"{file}: tensor {name} has unsupported dtype {info.get('dtype')}")
-                lo, hi = info["data_offsets"]
-                src = TensorSource(name, tuple(info["shape"]), np.dtype(_ST_DTYPES[info["dtype"]]), file, start + lo)
-                if hi - lo != src.nbytes or start + hi > size:
-                    raise HFFormatError(f"{file}: tensor {name} has inconsistent offsets {lo}..{hi} (file is {size} bytes)")
-                _add_source(sources, src)
-        else:
-            for name, t in _torch_state(file).items():
-                dtype = _torch_to_numpy(t.reshape(-1)[:0]).dtype  # an empty view: no data read
-                _add_source(sources, TensorSource(name, tuple(t.shape), np.dtype(dtype), file, tensor=t))
+        for src in file_tensors(file):
+            if src.name in sources:
+                raise HFFormatError(f"tensor {src.name} appears twice: in {sources[src.name].file} and {src.file}")
+            sources[src.name] = src
     return sources
-
-
-def _add_source(sources: dict, src: TensorSource) -> None:
-    if src.name in sources:
-        raise HFFormatError(f"tensor {src.name} appears twice: in {sources[src.name].file} and {src.file}")
-    sources[src.name] = src
 
 
 def check_hf_tensors(path: str | Path, sources: dict[str, TensorSource], cfg: LlamaConfig) -> list[tuple[TensorMap, TensorSource]]:
@@ -483,39 +257,9 @@ def check_hf_tensors(path: str | Path, sources: dict[str, TensorSource], cfg: Ll
 
 
 def iter_hf_tensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
-    """Streams (name, array) from an HF dir's shards: safetensors memory-mapped, .bin through
-    torch.load(weights_only=True, mmap=True) — never unpickling code."""
+    """Streams (name, array) from an HF dir's shards (see `safetensors_io.iter_tensor_file`)."""
     for file in _weight_files(Path(path)):
-        if file.suffix == ".safetensors":
-            yield from iter_safetensors(file)
-        else:
-            yield from _iter_torch_bin(file)
-
-
-def _torch_state(file: Path) -> dict:
-    import torch
-
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # weights_only refuses pickled code: say so, do not fall back
-        raise HFFormatError(f"{file}: cannot load safely with torch.load(weights_only=True): {e}") from None
-    if not isinstance(state, dict):
-        raise HFFormatError(f"{file}: expected a state dict of tensors, found {type(state).__name__}")
-    return state
-
-
-def _torch_to_numpy(t) -> np.ndarray:
-    import torch
-
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-def _iter_torch_bin(file: Path) -> Iterator[tuple[str, np.ndarray]]:
-    for name, t in _torch_state(file).items():
-        yield name, _torch_to_numpy(t)
+        yield from iter_tensor_file(file)
 
 
 def read_hf_config(path: str | Path, **overrides) -> LlamaConfig:
@@ -531,17 +275,22 @@ def load_hf_params(path: str | Path, cfg: LlamaConfig, dtype=np.float32) -> dict
     shape against cfg."""
     params: dict = {}
     for m, src in check_hf_tensors(path, index_hf_tensors(path), cfg):
-        _set(params, m.path, m.to_flax(src.read().astype(dtype, copy=False)))
+        set_path(params, m.path, m.to_flax(src.read().astype(dtype, copy=False)))
     return params
 
 
-def _set(tree: dict, path: tuple, value) -> None:
+# ----------------------------------------------------------------------------- param paths
+
+
+def set_path(tree: dict, path: tuple, value) -> None:
+    """tree[path[0]][path[1]]... = value, creating the dicts on the way (a TensorMap.path)."""
     for p in path[:-1]:
         tree = tree.setdefault(p, {})
     tree[path[-1]] = value
 
 
 def get_path(tree: dict, path: tuple):
+    """tree[path[0]][path[1]]..."""
     for p in path:
         tree = tree[p]
     return tree

@@ -24,12 +24,10 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Sequence
 
+import numpy as np
 import sentencepiece as spm
-
-if TYPE_CHECKING:
-    import numpy as np
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -37,8 +35,27 @@ CHATML_TOKENS = (IM_START, IM_END)
 DEFAULT_TOKENIZER_PATH = str(Path(__file__).resolve().parents[1] / "tokenizer" / "easylemur_bpe.model")
 
 
-# sentencepiece >= 0.2.1 returns ids as a numpy buffer (return_type="numpy"); older ones as lists
-_NUMPY_OUT = "numpy" in getattr(spm, "_ENCODE_DISPATCH", {}).get(False, {})
+def sentencepiece_has_numpy_output() -> bool:
+    """Whether this sentencepiece can return ids as a numpy buffer, `encode(text,
+    return_type="numpy")` (sentencepiece >= 0.2.1; older ones return lists only).
+
+    Written against sentencepiece 0.2.3. sentencepiece has no public flag for it, so this reads
+    its private dispatch table `sentencepiece._ENCODE_DISPATCH[False]["numpy"]`: the one use of
+    a sentencepiece internal. Without it `encode_ids_array` builds the array from the list of
+    ids (same ids, a Python int per token on the way); tests/test_tokenizer.py fails loudly
+    when the table is gone."""
+    return "numpy" in getattr(spm, "_ENCODE_DISPATCH", {}).get(False, {})
+
+
+_NUMPY_OUT = sentencepiece_has_numpy_output()
+
+
+def encode_ids_array(sp: spm.SentencePieceProcessor, text: str, numpy_output: bool = _NUMPY_OUT) -> np.ndarray:
+    """sp's ids of `text` as an int32 array: straight from sentencepiece's buffer where it has
+    one (`numpy_output`), else from the list of ids."""
+    if numpy_output:
+        return sp.encode(text, return_type="numpy")
+    return np.asarray(sp.encode(text), np.int32)
 
 
 class TokenizerError(ValueError):
@@ -137,13 +154,9 @@ class Tokenizer:
 
     def encode_array(self, text: str, *, continuation: bool = False) -> np.ndarray:
         """`encode` as an int32 numpy array, straight from sentencepiece's buffer (no Python
-        ints): what the data pipeline uses."""
+        ints) where it has one (`encode_ids_array`): what the data pipeline uses."""
         sp = self.sp if not continuation and self._sp_cont is not self.sp and self._prefixed(text) else self._sp_cont
-        if _NUMPY_OUT:
-            return sp.encode(text, return_type="numpy")
-        import numpy as np
-
-        return np.asarray(sp.encode(text), np.int32)
+        return encode_ids_array(sp, text)
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         """`[encode(t) for t in texts]`, in one call (sentencepiece's batch API, `num_threads`)."""
@@ -214,7 +227,8 @@ def extend_model(model_path: str, out_path: str, tokens: Sequence[str] = CHATML_
     """Appends `tokens` (those missing) as USER_DEFINED pieces; returns a report dict.
 
     New ids go after the existing vocabulary, so the embedding and LM head grow by the number
-    of added pieces and every existing id keeps its meaning (train.extend_vocab does the rest)."""
+    of added pieces and every existing id keeps its meaning (`easylemur.vocab.extend_vocab`
+    grows them: config train.extend_vocab, or `convert from-hf --add-chatml-tokens`)."""
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     m = pb.ModelProto()

@@ -1,7 +1,7 @@
 """Growing a model's vocabulary (e.g. Llama-2's 32000 + the ChatML markers).
 
 New rows of the embedding and new columns of the LM head are the mean of the existing ones
-(DESIGN.md §4): a new token then starts as an "average" token, and, because the LM head is
+(docs/design.md, "Tokenizer"): a new token then starts as an "average" token, and, because the LM head is
 linear, its initial logit is the mean of the old logits, so it neither dominates nor vanishes
 from the softmax. Every old row is kept bit for bit, so the logits of old tokens do not change.
 

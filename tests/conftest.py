@@ -14,3 +14,37 @@ import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_threefry_partitionable", True)
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def llama2_like_spm(tmp_path_factory) -> Path:
+    """A tiny sentencepiece BPE (600 pieces) with Llama-2's settings and, like Llama-2's, no
+    ChatML pieces: add_dummy_prefix, identity normalisation, no whitespace folding, byte
+    fallback, split digits, whitespace-only pieces, pad_id -1. Trained once per session on the
+    sample code corpus; the path of its .model file (copy it before changing it)."""
+    import io
+
+    import sentencepiece as spm
+
+    from easylemur.data.sources import iter_jsonl_texts
+
+    lines = []
+    for text in iter_jsonl_texts(ROOT / "data" / "samples" / "code", "text"):
+        lines += [line for line in text.split("\n") if line.strip()]
+        if len(lines) > 3000:
+            break
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=proto, model_type="bpe", vocab_size=600,
+        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        split_digits=True, allow_whitespace_only_pieces=True, add_dummy_prefix=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2, num_threads=1)
+    path = tmp_path_factory.mktemp("spm") / "llama2_like.model"
+    path.write_bytes(proto.getvalue())
+    return path

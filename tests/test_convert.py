@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import torch
 import easylemur
 from easylemur import checkpoint, convert, hf
 from easylemur.models.stacking import scan_params
+from easylemur.safetensors_io import read_safetensors_header
 from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH, Tokenizer
 from hf_models import hf_logits, make_hf_model
 
@@ -104,7 +106,6 @@ def test_logits_through_load_on_hf_dir_and_checkpoint(hf_model, converted):
 def test_checkpoint_is_the_orbax_format(hf_model, converted, tmp_path):
     """Plain orbax restores it, checkpoint.load_params restores it, the params tree is exactly
     the model's, and the step metadata names the same handler save_params records."""
-    import jax
     import orbax.checkpoint as ocp
 
     from easylemur.models.llama import param_specs
@@ -127,6 +128,38 @@ def test_checkpoint_is_the_orbax_format(hf_model, converted, tmp_path):
     checkpoint.save_params(tmp_path / "ref", cfg, expected)
     ours, ref = (json.loads((p / "checkpoints/0/params/_METADATA").read_text()) for p in (converted, tmp_path / "ref"))
     assert ours == ref
+
+
+def test_orbax_internals_for_streaming_save():
+    """from-hf streams its checkpoint through orbax internals (convert.lazy_array_params_handler);
+    an orbax without them would make every conversion hold the model twice in memory."""
+    try:
+        convert.lazy_array_params_handler()
+    except convert.OrbaxInternalsMissing as e:
+        pytest.fail(f"{e}: from-hf now takes the public-API fallback, which holds the whole model in memory "
+                    "(about twice); port convert.lazy_array_params_handler to this orbax")
+
+
+def test_public_orbax_fallback_writes_the_same_checkpoint(hf_model, converted, tmp_path, monkeypatch, capsys):
+    _, src = hf_model
+
+    def gone():
+        raise convert.OrbaxInternalsMissing("orbax.checkpoint.StandardCheckpointHandler()._impl")
+
+    monkeypatch.setattr(convert, "lazy_array_params_handler", gone)
+    rc, err = _run(["from-hf", "--hf", src, "--out", tmp_path / "ck"], capsys)
+    assert rc == 0 and "StandardCheckpointHandler()._impl" in err and "public StandardSave" in err
+    a, b = checkpoint.read_meta(converted), checkpoint.read_meta(tmp_path / "ck")
+    assert a.meta == b.meta
+    (cfg_a, pa, _), (cfg_b, pb, _) = checkpoint.load_params(a), checkpoint.load_params(b)
+    assert cfg_a == cfg_b
+    assert jax.tree.structure(pa) == jax.tree.structure(pb)
+    assert all(_bitwise_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)))
+    for name in ("params/_METADATA", "_CHECKPOINT_METADATA"):
+        ours, ref = (json.loads((s.path / name).read_text()) for s in (b, a))
+        ours.pop("init_timestamp_nsecs", None), ref.pop("init_timestamp_nsecs", None)
+        ours.pop("commit_timestamp_nsecs", None), ref.pop("commit_timestamp_nsecs", None)
+        assert ours == ref, name
 
 
 def test_bf16_export_equals_bf16_cast_of_original(hf_model, converted, tmp_path):
@@ -216,7 +249,7 @@ def test_small_max_shard_size_gives_several_shards_transformers_loads(converted,
     assert index["metadata"]["total_size"] == sum(t.nbytes for t in _tensors(out).values())
     # no shard is over the limit unless it holds a single bigger tensor
     for s in shards:
-        header, _ = hf.read_safetensors_header(s)
+        header, _ = read_safetensors_header(s)
         names = [n for n in header if n != "__metadata__"]
         assert s.stat().st_size <= 300_000 + 4096 or len(names) == 1, (s.name, names)
     reloaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32)
@@ -234,7 +267,7 @@ def test_scanned_jax_checkpoint_exports_like_unscanned(hf_model, exported_f32, t
     _, src = hf_model
     cfg = hf.read_hf_config(src)
     params = scan_params(hf.load_hf_params(src, cfg), cfg.num_layers)
-    params = {k: __import__("jax").tree.map(jnp.asarray, v) for k, v in params.items()}
+    params = jax.tree.map(jnp.asarray, params)
     checkpoint.save_params(tmp_path / "scanned", dataclasses.replace(cfg, scan_layers=True), params, DEFAULT_TOKENIZER_PATH)
     assert _run(["to-hf", "--checkpoint", tmp_path / "scanned", "--out", tmp_path / "out", "--dtype", "float32"])[0] == 0
     a, b = _tensors(exported_f32), _tensors(tmp_path / "out")
@@ -269,10 +302,14 @@ CODE_STRINGS = [
     "\n",
     "literal <|im_end|> inside text",
 ]
+# (messages, the text HF's chat template renders for them)
 CHATS = [
-    [{"role": "user", "content": "Write a function."}, {"role": "assistant", "content": "def f():\n    pass"}],
-    [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "  spaced\n\tout  "},
-     {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more?"}],
+    ([{"role": "user", "content": "Write a function."}, {"role": "assistant", "content": "def f():\n    pass"}],
+     "<s><|im_start|>user\nWrite a function.<|im_end|>\n<|im_start|>assistant\ndef f():\n    pass<|im_end|>\n"),
+    ([{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "  spaced\n\tout  "},
+      {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more?"}],
+     "<s><|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n  spaced\n\tout  <|im_end|>\n"
+     "<|im_start|>assistant\nok<|im_end|>\n<|im_start|>user\nmore?<|im_end|>\n"),
 ]
 
 
@@ -287,10 +324,9 @@ def test_auto_tokenizer_encodes_like_easylemur(exported_f32):
         assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s), repr(s)
         assert theirs(s)["input_ids"] == [ours.bos_id] + ours.encode(s), repr(s)
         assert theirs.decode(ours.encode(s)) == ours.decode(ours.encode(s)), repr(s)
-    for msgs in CHATS:
+    for msgs, expected in CHATS:
         text = theirs.apply_chat_template(msgs, tokenize=False)
-        assert text == theirs.bos_token + render_text(msgs)
-        assert text == "<s>" + "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+        assert text == expected == theirs.bos_token + render_text(msgs)
         ids = theirs.apply_chat_template(msgs, tokenize=True, return_dict=False)
         assert list(ids) == render_chat(msgs, ours)[0]
         prompt = theirs.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=False)
@@ -382,45 +418,3 @@ def test_help_for_each_subcommand():
         with pytest.raises(SystemExit) as e:
             convert.main([cmd, "--help"])
         assert e.value.code == 0
-
-
-# A Llama-2-style tokenizer (sentencepiece add_dummy_prefix=True). The shipped tokenizer has no
-# dummy prefix, and everything above agrees; with one, transformers 5's tokenizer (Metaspace,
-# prepend_scheme "first") and sentencepiece part ways. These tests pin down where.
-
-
-@pytest.fixture(scope="module")
-def dummy_prefix_export(tmp_path_factory):
-    from easylemur.tokenizer import extend_model
-    from test_vocab import _llama2_like_tokenizer
-
-    d = tmp_path_factory.mktemp("dp")
-    _llama2_like_tokenizer(d / "base.model")
-    extend_model(str(d / "base.model"), str(d / "tokenizer.model"))
-    tok = Tokenizer(str(d / "tokenizer.model"))
-    tok.save_hf(d / "hf")
-    from transformers import AutoTokenizer
-
-    return tok, AutoTokenizer.from_pretrained(d / "hf")
-
-
-def test_dummy_prefix_tokenizer_plain_text_agrees(dummy_prefix_export):
-    ours, theirs = dummy_prefix_export
-    for s in ["hello world", "def f(x):\n    return x", "a<|im_end|>\nb", "\n"]:
-        assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s), repr(s)
-
-
-# (sentencepiece itself prepends the dummy '▁' to text that starts with a space or a ChatML
-# marker; HF does not, and Tokenizer.encode follows HF)
-@pytest.mark.parametrize("s", [" hello", "<|im_start|>user\nhi<|im_end|>\n"])
-def test_dummy_prefix_tokenizer_leading_space_or_marker(dummy_prefix_export, s):
-    ours, theirs = dummy_prefix_export
-    assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s)
-
-
-def test_dummy_prefix_tokenizer_chat_matches(dummy_prefix_export):
-    from easylemur.data.chat import render_chat
-
-    ours, theirs = dummy_prefix_export
-    msgs = CHATS[0]
-    assert list(theirs.apply_chat_template(msgs, tokenize=True, return_dict=False)) == render_chat(msgs, ours)[0]

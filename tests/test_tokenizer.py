@@ -1,6 +1,5 @@
 """The shipped sentencepiece BPE model: lossless on code, ChatML pieces, HF agreement, extension."""
 
-import io
 import json
 import subprocess
 import sys
@@ -11,7 +10,14 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
-from easylemur.tokenizer import CHATML_TOKENS, DEFAULT_TOKENIZER_PATH, Tokenizer, extend_model
+from easylemur.tokenizer import (
+    CHATML_TOKENS,
+    DEFAULT_TOKENIZER_PATH,
+    Tokenizer,
+    encode_ids_array,
+    extend_model,
+    sentencepiece_has_numpy_output,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,19 +122,8 @@ def _hf_literal_specials(hf, text: str) -> list[int]:
     return out
 
 
-def _plain_model(tmp_path) -> Path:
-    """A small sentencepiece model without ChatML pieces, with Llama-2-like settings."""
-    lines = [l for l in (ROOT / "easylemur" / "tokenizer.py").read_text().split("\n") if l.strip()] * 3
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=proto, model_type="bpe",
-                                   vocab_size=400, byte_fallback=True, minloglevel=2)
-    path = tmp_path / "plain.model"
-    path.write_bytes(proto.getvalue())
-    return path
-
-
-def test_extend_adds_chatml(tmp_path):
-    plain = _plain_model(tmp_path)
+def test_extend_adds_chatml(tmp_path, llama2_like_spm):
+    plain = llama2_like_spm
     t0 = Tokenizer(str(plain))
     assert not t0.has_chatml
     with pytest.raises(ValueError, match="extend"):
@@ -147,8 +142,8 @@ def test_extend_adds_chatml(tmp_path):
     assert extend_model(str(tmp_path / "ext.model"), str(tmp_path / "ext2.model"))["added"] == {}
 
 
-def test_extend_cli(tmp_path):
-    plain = _plain_model(tmp_path)
+def test_extend_cli(tmp_path, llama2_like_spm):
+    plain = llama2_like_spm
     r = subprocess.run([sys.executable, "-m", "easylemur.tokenizer", "extend", "--model", str(plain),
                         "--out", str(tmp_path / "x.model")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -162,35 +157,21 @@ def test_extend_cli(tmp_path):
 # --- HF parity over many strings, for the shipped model and a Llama-2-style (dummy-prefix) one --
 
 
-def _dummy_prefix_model(tmp_path) -> Tokenizer:
-    """A small BPE trained on the sample code corpus with Llama-2's add_dummy_prefix=True (and
-    the lossless settings otherwise), extended with the ChatML pieces."""
-    from easylemur.data.sources import iter_jsonl_texts
-
-    lines = []
-    for text in iter_jsonl_texts(ROOT / "data" / "samples" / "code", "text"):
-        lines += [l for l in text.split("\n") if l.strip()]
-        if len(lines) > 3000:
-            break
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=proto, model_type="bpe", vocab_size=600,
-        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
-        split_digits=True, allow_whitespace_only_pieces=True, add_dummy_prefix=True,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2, num_threads=1)
-    (tmp_path / "base.model").write_bytes(proto.getvalue())
-    extend_model(str(tmp_path / "base.model"), str(tmp_path / "tokenizer.model"))
+def _dummy_prefix_model(tmp_path, base: Path) -> Tokenizer:
+    """The Llama-2-style test model (add_dummy_prefix=True, lossless settings otherwise),
+    extended with the ChatML pieces."""
+    extend_model(str(base), str(tmp_path / "tokenizer.model"))
     tok = Tokenizer(str(tmp_path / "tokenizer.model"))
     assert tok.add_dummy_prefix and tok.has_chatml
     return tok
 
 
 @pytest.fixture(scope="module", params=["shipped", "dummy_prefix"])
-def tok_pair(request, tmp_path_factory):
+def tok_pair(request, tmp_path_factory, llama2_like_spm):
     """(our Tokenizer, AutoTokenizer of its save_hf export)."""
     transformers = pytest.importorskip("transformers")
     d = tmp_path_factory.mktemp(request.param)
-    ours = Tokenizer.load() if request.param == "shipped" else _dummy_prefix_model(d)
+    ours = Tokenizer.load() if request.param == "shipped" else _dummy_prefix_model(d, llama2_like_spm)
     assert ours.add_dummy_prefix == (request.param == "dummy_prefix")
     ours.save_hf(d / "hf")
     return ours, transformers.AutoTokenizer.from_pretrained(str(d / "hf"))
@@ -282,3 +263,44 @@ def test_literal_bos_eos_strings_stay_text(tok_pair):
         assert not {ours.bos_id, ours.eos_id, ours.sp.unk_id(), ours.pad_id} & set(ids)
         assert hf(s, add_special_tokens=False)["input_ids"] != ids  # (HF's rule, pinned)
         assert ours.decode(ids) == s or ours.add_dummy_prefix
+
+
+# With a dummy prefix (Llama-2's) transformers 5's tokenizer (Metaspace, prepend_scheme "first")
+# and sentencepiece part ways; sentencepiece itself prepends the dummy "▁" to text that starts
+# with a space or a ChatML marker, HF does not, and Tokenizer.encode follows HF. Pinned here
+# for both models, beside the random strings above.
+
+
+@pytest.mark.parametrize("s", ["hello world", "def f(x):\n    return x", "a<|im_end|>\nb", "\n", " hello",
+                               "<|im_start|>user\nhi<|im_end|>\n"])
+def test_hf_parity_pinned_strings(tok_pair, s):
+    ours, hf = tok_pair
+    assert hf(s, add_special_tokens=False)["input_ids"] == ours.encode(s)
+
+
+def test_hf_parity_pinned_chat(tok_pair):
+    from easylemur.data.chat import render_chat
+
+    ours, hf = tok_pair
+    msgs = [{"role": "user", "content": "Write a function."}, {"role": "assistant", "content": "def f():\n    pass"}]
+    assert list(hf.apply_chat_template(msgs, tokenize=True, return_dict=False)) == render_chat(msgs, ours)[0]
+
+
+# --- the one sentencepiece internal (tokenizer.sentencepiece_has_numpy_output) ---------------
+
+
+def test_sentencepiece_numpy_output_is_available():
+    assert sentencepiece_has_numpy_output(), (
+        f"sentencepiece {spm.__version__} has no sentencepiece._ENCODE_DISPATCH[False]['numpy'], the private "
+        "table easylemur.tokenizer.sentencepiece_has_numpy_output reads: Tokenizer.encode_array now builds its "
+        "arrays from lists of Python ints (the data pipeline's slow path); find how this sentencepiece asks "
+        "for return_type='numpy' and update that function")
+
+
+def test_numpy_and_list_encode_paths_agree(tok):
+    texts = CODE + _random_strings(100, seed=3)
+    for text in texts:
+        fast = encode_ids_array(tok.sp, text, numpy_output=True)
+        slow = encode_ids_array(tok.sp, text, numpy_output=False)
+        assert fast.dtype == slow.dtype == np.int32, (fast.dtype, slow.dtype)
+        assert fast.tolist() == slow.tolist() == tok.sp.encode(text), repr(text)

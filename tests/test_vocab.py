@@ -1,13 +1,13 @@
 """Vocabulary extension: old tokens keep their logits, new rows are the mean of the old ones."""
 
-import io
 import json
+import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import ml_dtypes
 import pytest
-import sentencepiece as spm
 import torch
 
 import easylemur
@@ -73,6 +73,18 @@ def test_scanned_and_jax_trees(model_dir):
     assert out_cfg.vocab_size == cfg.vocab_size + 2
 
 
+def test_grow_rows_appends_the_mean():
+    x = np.array([[1.0, 2.0], [3.0, 8.0]], np.float32)
+    np.testing.assert_array_equal(grow_rows(x, 4, axis=0), [[1, 2], [3, 8], [2, 5], [2, 5]])
+    np.testing.assert_array_equal(grow_rows(x, 3, axis=1), [[1, 2, 1.5], [3, 8, 5.5]])
+    assert grow_rows(x, 2, axis=0) is x
+    # the mean is taken in float32 and cast back: bf16 stays bf16, jax stays jax
+    b = grow_rows(x.astype(ml_dtypes.bfloat16), 3, axis=0)
+    assert b.dtype == ml_dtypes.bfloat16 and b[2].astype(np.float32).tolist() == [2.0, 5.0]
+    j = grow_rows(jnp.asarray(x), 3, axis=1)
+    assert isinstance(j, jax.Array) and np.asarray(j).tolist() == [[1, 2, 1.5], [3, 8, 5.5]]
+
+
 def test_shrinking_is_refused(model_dir):
     cfg = hf.read_hf_config(model_dir)
     params = hf.load_hf_params(model_dir, cfg)
@@ -82,25 +94,13 @@ def test_shrinking_is_refused(model_dir):
         grow_rows(np.zeros((4, 2)), 3, axis=0)
 
 
-def _llama2_like_tokenizer(path, vocab_size=400):
-    """A small sentencepiece BPE without ChatML pieces (as Llama-2's is), dummy prefix on."""
-    lines = [f"line {i}: def f{i}(x): return x * {i} + {i % 7}  # the quick brown fox" for i in range(400)]
-    lines += ["The Lemur paper trains Llama-2 on code and text.", "print('hello world')"] * 50
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=proto, model_type="bpe", vocab_size=vocab_size,
-        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
-        split_digits=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2, num_threads=1)
-    path.write_bytes(proto.getvalue())
-    return Tokenizer(str(path))
-
-
-def test_from_hf_add_chatml_tokens(tmp_path):
+def test_from_hf_add_chatml_tokens(tmp_path, llama2_like_spm):
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     src = tmp_path / "hf"
     src.mkdir()
-    tok = _llama2_like_tokenizer(src / "tokenizer.model")
+    shutil.copyfile(llama2_like_spm, src / "tokenizer.model")
+    tok = Tokenizer(str(src / "tokenizer.model"))
     assert not tok.has_chatml
     V = tok.vocab_size
     model = make_hf_model(vocab_size=V)

@@ -1,6 +1,6 @@
 """Flax Llama whose logits match transformers' LlamaForCausalLM.
 
-Numerics follow HF exactly (DESIGN.md §4): RMSNorm in float32 as `w * x * rsqrt(mean(x²)+eps)`,
+Numerics follow HF exactly (docs/design.md, "Numerics"): RMSNorm in float32 as `w * x * rsqrt(mean(x²)+eps)`,
 half-split RoPE with HF's inv_freq (theta and rope_scaling honoured), SwiGLU, grouped-query
 attention computed per kv-head group (repeated K/V is never materialised). Packed rows carry
 `segment_ids` and per-segment `positions`; attention never crosses a segment.
@@ -109,20 +109,16 @@ class LlamaConfig:
         return total
 
 
-def _preset(**kw) -> LlamaConfig:
-    return LlamaConfig(**kw)
-
-
 PRESETS: dict[str, LlamaConfig] = {
     # vocab 4096 is the shipped tokenizer's size; models built on other tokenizers override it.
-    "tiny": _preset(vocab_size=4096, hidden_size=128, intermediate_size=352, num_layers=4,
+    "tiny": LlamaConfig(vocab_size=4096, hidden_size=128, intermediate_size=352, num_layers=4,
                     num_heads=4, num_kv_heads=2, max_position_embeddings=1024),
-    "llama2_7b": _preset(),
-    "llama2_13b": _preset(hidden_size=5120, intermediate_size=13824, num_layers=40, num_heads=40, num_kv_heads=40),
-    "llama2_70b": _preset(hidden_size=8192, intermediate_size=28672, num_layers=80, num_heads=64, num_kv_heads=8),
-    "codellama_34b": _preset(vocab_size=32000, hidden_size=8192, intermediate_size=22016, num_layers=48,
+    "llama2_7b": LlamaConfig(),
+    "llama2_13b": LlamaConfig(hidden_size=5120, intermediate_size=13824, num_layers=40, num_heads=40, num_kv_heads=40),
+    "llama2_70b": LlamaConfig(hidden_size=8192, intermediate_size=28672, num_layers=80, num_heads=64, num_kv_heads=8),
+    "codellama_34b": LlamaConfig(vocab_size=32000, hidden_size=8192, intermediate_size=22016, num_layers=48,
                              num_heads=64, num_kv_heads=8, rope_theta=1e6, max_position_embeddings=16384),
-    "llama3_8b": _preset(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
+    "llama3_8b": LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
                          num_heads=32, num_kv_heads=8, rope_theta=5e5, max_position_embeddings=8192,
                          rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001),
 }
@@ -131,8 +127,9 @@ PRESETS: dict[str, LlamaConfig] = {
 # ----------------------------------------------------------------------------- RoPE
 
 
-def rope_inv_freq(cfg: LlamaConfig, positions: jax.Array) -> tuple[jax.Array, float]:
-    """HF's inverse frequencies for cfg's rope type, and the attention scaling (1.0 here).
+def rope_inv_freq(cfg: LlamaConfig, positions: jax.Array) -> jax.Array:
+    """HF's inverse frequencies [hd/2] for cfg's rope type (docs/design.md, "RoPE"). None of the
+    supported types scales attention (HF's attention_factor is 1.0 for all of them).
 
     `positions` is only read by the dynamic type, whose base grows with the longest row."""
     hd = cfg.hd
@@ -161,15 +158,14 @@ def rope_inv_freq(cfg: LlamaConfig, positions: jax.Array) -> tuple[jax.Array, fl
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
         inv_freq = jnp.where(medium, smoothed, scaled)
-    return inv_freq, 1.0
+    return inv_freq
 
 
 def rope_cos_sin(cfg: LlamaConfig, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
     """cos, sin of shape [B, T, hd] in float32, from per-token positions [B, T]."""
-    inv_freq, scale = rope_inv_freq(cfg, positions)
-    freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, hd/2]
+    freqs = positions.astype(jnp.float32)[..., None] * rope_inv_freq(cfg, positions)  # [B, T, hd/2]
     emb = jnp.concatenate([freqs, freqs], axis=-1)
-    return jnp.cos(emb) * scale, jnp.sin(emb) * scale
+    return jnp.cos(emb), jnp.sin(emb)
 
 
 def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
@@ -195,7 +191,7 @@ def attention_mask(q_seg: jax.Array, kv_seg: jax.Array, q_idx: jax.Array, kv_idx
     return (same & causal[None])[:, None, None]
 
 
-def _attend(q, k, v, mask, out_dtype):
+def _attend(q, k, v, mask):
     """q [B, Tq, KV, G, hd], k/v [B, Tk, KV, hd] -> [B, Tq, KV, G, hd]; scores in float32."""
     if q.dtype != jnp.float32:
         return _attend_low_precision(q, k, v, mask)
@@ -253,14 +249,14 @@ def dot_product_attention(q, k, v, segment_ids, *, block_size: int = 0):
     idx = jnp.arange(T)
     if block_size <= 0 or block_size >= T or T % block_size:
         mask = attention_mask(segment_ids, segment_ids, idx, idx)
-        return _attend(qg, k, v, mask, q.dtype).reshape(B, T, H, hd)
+        return _attend(qg, k, v, mask).reshape(B, T, H, hd)
 
     nblocks = T // block_size
 
     @jax.checkpoint
     def block(q_blk, seg_blk, idx_blk):
         mask = attention_mask(seg_blk, segment_ids, idx_blk, idx)
-        return _attend(q_blk, k, v, mask, q.dtype)
+        return _attend(q_blk, k, v, mask)
 
     qb = qg.reshape(B, nblocks, block_size, KV, H // KV, hd).swapaxes(0, 1)
     segb = segment_ids.reshape(B, nblocks, block_size).swapaxes(0, 1)
@@ -270,10 +266,6 @@ def dot_product_attention(q, k, v, segment_ids, *, block_size: int = 0):
 
 
 # ----------------------------------------------------------------------------- modules
-
-
-def _dtype(name: str):
-    return jnp.dtype(name)
 
 
 def _init(logical: tuple, scale: float = 0.02):
@@ -343,18 +335,25 @@ def _lpm_bwd(out_dtype, res, ct):
 low_precision_matmul.defvjp(_lpm_fwd, _lpm_bwd)
 
 
+def _dense(cfg: LlamaConfig, features: tuple, logical: tuple, name: str, contract: int = 1, out_dtype=None) -> Dense:
+    """A Dense in cfg's compute and parameter dtypes (a submodule of the module calling it)."""
+    return Dense(features, logical, contract, jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype), out_dtype, name=name)
+
+
 class Attention(nn.Module):
+    """Grouped-query self-attention with RoPE; with a `cache`, a decoding step (see
+    `cached_attention`). Returns (output, new cache or None)."""
+
     cfg: LlamaConfig
     mesh: Optional[Mesh] = None
 
     @nn.compact
     def __call__(self, x, cos, sin, segment_ids, cache=None):
         cfg = self.cfg
-        dt, pdt = _dtype(cfg.dtype), _dtype(cfg.param_dtype)
         H, KV, hd = cfg.num_heads, cfg.num_kv_heads, cfg.hd
-        q = Dense((H, hd), ("embed", "heads", "head_dim"), 1, dt, pdt, name="q_proj")(x)
-        k = Dense((KV, hd), ("embed", "kv_heads", "head_dim"), 1, dt, pdt, name="k_proj")(x)
-        v = Dense((KV, hd), ("embed", "kv_heads", "head_dim"), 1, dt, pdt, name="v_proj")(x)
+        q = _dense(cfg, (H, hd), ("embed", "heads", "head_dim"), "q_proj")(x)
+        k = _dense(cfg, (KV, hd), ("embed", "kv_heads", "head_dim"), "k_proj")(x)
+        v = _dense(cfg, (KV, hd), ("embed", "kv_heads", "head_dim"), "v_proj")(x)
         q = constrain(apply_rope(q, cos, sin), ("batch", "length", "act_heads", None), self.mesh)
         k = constrain(apply_rope(k, cos, sin), ("batch", "length", "act_kv_heads", None), self.mesh)
         v = constrain(v, ("batch", "length", "act_kv_heads", None), self.mesh)
@@ -364,7 +363,7 @@ class Attention(nn.Module):
             block = cfg.attn_block_size if cfg.attention == "blockwise" else 0
             out = dot_product_attention(q, k, v, segment_ids, block_size=block)
         out = checkpoint_name(constrain(out, ("batch", "length", "act_heads", None), self.mesh), "attn_out")
-        y = Dense((cfg.hidden_size,), ("heads", "head_dim", "embed"), 2, dt, pdt, name="o_proj")(out)
+        y = _dense(cfg, (cfg.hidden_size,), ("heads", "head_dim", "embed"), "o_proj", contract=2)(out)
         return y, cache
 
 
@@ -382,7 +381,7 @@ def cached_attention(q, k, v, segment_ids, cache):
     H, KV, hd = q.shape[2], k.shape[2], q.shape[3]
     qg = q.reshape(B, T, KV, H // KV, hd)
     mask = attention_mask(segment_ids, seg_all, i + jnp.arange(T), jnp.arange(S))
-    out = _attend(qg, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, q.dtype).reshape(B, T, H, hd)
+    out = _attend(qg, k_all.astype(q.dtype), v_all.astype(q.dtype), mask).reshape(B, T, H, hd)
     return out, {"k": k_all, "v": v_all, "seg": seg_all, "index": i + T}
 
 
@@ -393,21 +392,22 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.cfg
-        dt, pdt = _dtype(cfg.dtype), _dtype(cfg.param_dtype)
-        gate = Dense((cfg.intermediate_size,), ("embed", "mlp"), 1, dt, pdt, name="gate_proj")(x)
-        up = Dense((cfg.intermediate_size,), ("embed", "mlp"), 1, dt, pdt, name="up_proj")(x)
+        gate = _dense(cfg, (cfg.intermediate_size,), ("embed", "mlp"), "gate_proj")(x)
+        up = _dense(cfg, (cfg.intermediate_size,), ("embed", "mlp"), "up_proj")(x)
         h = constrain(nn.silu(gate) * up, ("batch", "length", "act_mlp"), self.mesh)
-        return Dense((cfg.hidden_size,), ("mlp", "embed"), 1, dt, pdt, name="down_proj")(h)
+        return _dense(cfg, (cfg.hidden_size,), ("mlp", "embed"), "down_proj")(h)
 
 
 class Block(nn.Module):
+    """A pre-norm decoder layer: x + attention(norm(x)), then x + mlp(norm(x))."""
+
     cfg: LlamaConfig
     mesh: Optional[Mesh] = None
 
     @nn.compact
     def __call__(self, x, cos, sin, segment_ids, cache=None):
         cfg = self.cfg
-        pdt = _dtype(cfg.param_dtype)
+        pdt = jnp.dtype(cfg.param_dtype)
         h, cache = Attention(cfg, self.mesh, name="self_attn")(
             RMSNorm(cfg.rms_norm_eps, pdt, name="input_layernorm")(x), cos, sin, segment_ids, cache
         )
@@ -434,7 +434,7 @@ class Llama(nn.Module):
     @nn.compact
     def __call__(self, input_ids, positions=None, segment_ids=None, cache=None, return_hidden=False):
         cfg = self.cfg
-        dt, pdt = _dtype(cfg.dtype), _dtype(cfg.param_dtype)
+        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         B, T = input_ids.shape
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -481,13 +481,13 @@ class Llama(nn.Module):
                 preferred_element_type=jnp.float32,
             )
         else:
-            logits = Dense((cfg.vocab_size,), ("embed", "vocab"), 1, dt, pdt, jnp.float32, name="lm_head")(x)
+            logits = _dense(cfg, (cfg.vocab_size,), ("embed", "vocab"), "lm_head", out_dtype=jnp.float32)(x)
         logits = constrain(logits, ("batch", "length", "act_vocab"), self.mesh)
         return (logits, new_cache) if cache is not None else logits
 
 
 def init_cache(cfg: LlamaConfig, batch: int, max_len: int, dtype=None) -> list[dict]:
-    dtype = dtype or _dtype(cfg.dtype)
+    dtype = dtype or jnp.dtype(cfg.dtype)
     shape = (batch, max_len, cfg.num_kv_heads, cfg.hd)
     return [
         {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
