@@ -27,13 +27,14 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from easylemur.errors import InputError
 from easylemur.models.llama import LlamaConfig, param_specs
 from easylemur.models.stacking import unscan_params
 
 ITEMS = ("params", "opt_state", "meta")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     pass
 
 

@@ -20,8 +20,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ml_collections import ConfigDict
 
+from easylemur.errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """A config that does not match the schema; the message names the key."""
 
 

@@ -34,13 +34,19 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from easylemur import checkpoint, hf
+from easylemur.errors import InputError
 from easylemur.models.llama import LlamaConfig, param_specs
-from easylemur.safetensors_io import LazyArray, TensorFileError, parse_size, write_sharded_safetensors
+from easylemur.safetensors_io import (
+    LazyArray,
+    TensorFileError,
+    parse_size,
+    write_sharded_safetensors,
+)
 from easylemur.tokenizer import Tokenizer, TokenizerError, extend_model
 from easylemur.vocab import grow_rows
 
 
-class ConvertError(ValueError):
+class ConvertError(InputError):
     """A conversion that cannot be done faithfully; the message names the bad value."""
 
 

@@ -19,11 +19,12 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from easylemur.errors import InputError
 from easylemur.models.llama import SUPPORTED_ROPE_TYPES, LlamaConfig
 from easylemur.safetensors_io import TensorSource, file_tensors, iter_tensor_file
 
 
-class HFFormatError(ValueError):
+class HFFormatError(InputError):
     """An HF directory easylemur cannot read faithfully; the message names file and field.
     (A tensor file that cannot be read is a `safetensors_io.TensorFileError`.)"""
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from easylemur.errors import RunError
 from easylemur.models.llama import LlamaConfig
 
 
@@ -150,7 +151,7 @@ def due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
 
-class TrainingError(RuntimeError):
+class TrainingError(RunError):
     """A run that cannot go on (a non-finite loss under train.nan_policy=stop)."""
 
 

@@ -20,8 +20,10 @@ from typing import Any, Callable, Iterator
 import ml_dtypes
 import numpy as np
 
+from easylemur.errors import InputError
 
-class TensorFileError(ValueError):
+
+class TensorFileError(InputError):
     """A safetensors or torch .bin file easylemur cannot read faithfully; the message names the
     file and the tensor."""
 

@@ -13,7 +13,10 @@ from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from easylemur.errors import InputError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -39,7 +42,7 @@ RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
-class MeshError(ValueError):
+class MeshError(InputError):
     pass
 
 

@@ -29,6 +29,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from easylemur.errors import InputError
+
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 CHATML_TOKENS = (IM_START, IM_END)
@@ -58,7 +60,7 @@ def encode_ids_array(sp: spm.SentencePieceProcessor, text: str, numpy_output: bo
     return np.asarray(sp.encode(text), np.int32)
 
 
-class TokenizerError(ValueError):
+class TokenizerError(InputError):
     pass
 
 

@@ -19,6 +19,7 @@ import functools
 from typing import Any, Mapping, Sequence
 
 from easylemur.data.sources import EMPTY, MISSING_FIELD, NOT_A_STRING, UNKNOWN_ROLE
+from easylemur.errors import InputError
 
 ROLES = ("system", "user", "assistant")
 # ShareGPT `from` values seen in the wild -> ChatML roles
@@ -44,7 +45,7 @@ CHAT_TEMPLATE = (
 )
 
 
-class ChatFormatError(ValueError):
+class ChatFormatError(InputError):
     """A record that is not a usable conversation; `kind` is one of the bad-record kinds."""
 
     def __init__(self, kind: str, message: str):

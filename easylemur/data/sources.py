@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from easylemur.config import SOURCE_DEFAULTS
+from easylemur.errors import InputError
 
 # kinds of bad records, as counted and reported
 MALFORMED_JSON = "malformed_json"
@@ -50,7 +51,7 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".js
 PARQUET_SUFFIXES = (".parquet",)
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """A data problem the run cannot continue past; the message names source, file and line."""
 
 

@@ -1,0 +1,67 @@
+"""The two kinds of error a user meets, and how every command reports them (docs/design.md,
+"Errors").
+
+- `InputError`: bad input (a config key, a data file, a checkpoint or HF directory, a flag
+  value). The message names the file, line, key or value and what was expected. Exit 2.
+- `RunError`: a run that could not go on (a non-finite loss, a checkpoint save that failed).
+  The message says what happened and what state is safe. Exit 1.
+
+Every CLI's `main` goes through `run_cli`, which prints one line `error: ...` to stderr and
+returns the exit code; the traceback only with `--debug` or `EASYLEMUR_DEBUG=1`. Anything else
+that escapes is a bug in easylemur: it is reported in one line too, naming its type, with a hint
+to rerun with --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Callable, Optional, Sequence
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class InputError(ValueError):
+    """Bad input; the message names what is wrong and what was expected (exit 2)."""
+
+
+class RunError(RuntimeError):
+    """A run that cannot go on; the message says why and what state is safe (exit 1)."""
+
+
+def debug_enabled(argv: Optional[Sequence[str]] = None) -> bool:
+    argv = sys.argv[1:] if argv is None else argv
+    return "--debug" in argv or os.environ.get("EASYLEMUR_DEBUG", "") not in ("", "0")
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    """Every command's `--debug` (read by `run_cli`; listed here so --help shows it)."""
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (or set EASYLEMUR_DEBUG=1)")
+
+
+def run_cli(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Sequence[str]] = None) -> int:
+    """Runs a command's `main(argv)` and turns its errors into one line and an exit code."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        if debug_enabled(argv):
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if debug_enabled(argv):
+            traceback.print_exc()
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
+
+
+def one_line(e: BaseException) -> str:
+    """The error as one line: ours and the OS's as they are (they name the file or key), any
+    other as a bug in easylemur, with its type."""
+    text = " ".join(str(e).split())
+    if isinstance(e, (InputError, RunError, OSError)):
+        return text
+    return f"internal error ({type(e).__name__}: {text[:500]}); rerun with --debug for the traceback"
