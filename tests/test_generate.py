@@ -1,26 +1,147 @@
-"""KV-cache decoding equals decoding by full forward passes; chat prompts stop at <|im_end|>."""
+"""The decode engine: batched greedy decoding equals transformers' generate on each prompt
+alone; sampling options; stops; one compile per shape bucket; a sharded model decodes the same
+tokens; the CLI streams and rejects bad flags."""
 
+import shutil
+
+import jax
 import numpy as np
+import pytest
+import torch
 
 import easylemur
-from easylemur.generate import generate_ids
+from easylemur.api import LoadedModel
+from easylemur.errors import run_cli
+from easylemur.generate import GenerateError, main
+from easylemur.tokenizer import Tokenizer
 from hf_models import make_hf_model
 
-
-def test_cached_greedy_equals_full_recompute(tmp_path):
-    make_hf_model(num_key_value_heads=2).save_pretrained(tmp_path)
-    m = easylemur.load(tmp_path)
-    prompt = [5, 17, 300, 2, 41]
-    new = generate_ids(m, prompt, max_new_tokens=12)
-    ids = list(prompt)
-    for _ in range(12):
-        ids.append(int(np.argmax(np.asarray(m.logits([ids]))[0, -1])))
-    assert new == ids[len(prompt):]
+PROMPTS = [[5, 17, 300, 2, 41], [7], list(range(3, 40))]  # 3 rows (bucket 4: one filler row), lengths 5, 1, 37
 
 
-def test_stop_token_ends_decoding(tmp_path):
-    make_hf_model().save_pretrained(tmp_path)
-    m = easylemur.load(tmp_path)
-    free = generate_ids(m, [1, 2, 3], max_new_tokens=8)
-    stopped = generate_ids(m, [1, 2, 3], max_new_tokens=8, stop_ids=[free[3]])
-    assert stopped == free[: free.index(free[3])]
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gqa")
+    hf = make_hf_model(num_key_value_heads=2)
+    hf.save_pretrained(path)
+    return path, hf
+
+
+@pytest.fixture(scope="module")
+def model(hf_dir):
+    # One model for the module: its decoder keeps the compiled programs between tests.
+    return easylemur.load(hf_dir[0])
+
+
+def test_batched_greedy_equals_transformers_alone(hf_dir, model):
+    _, hf = hf_dir
+    ours = model.generate(PROMPTS, max_new_tokens=12, stop_ids=[])
+    for p, got in zip(PROMPTS, ours):
+        ref = hf.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert got == ref[0, len(p):].tolist()
+
+
+def test_top_k_1_equals_greedy(model):
+    greedy = model.generate(PROMPTS, max_new_tokens=12, stop_ids=[])
+    assert model.generate(PROMPTS, max_new_tokens=12, temperature=1.0, top_k=1, stop_ids=[]) == greedy
+    # top_p that keeps only the most likely token is greedy too
+    assert model.generate(PROMPTS, max_new_tokens=12, temperature=1.0, top_p=1e-6, stop_ids=[]) == greedy
+
+
+def test_seeded_sampling_reproducible_and_seed_dependent(model):
+    kw = dict(max_new_tokens=12, temperature=1.0, stop_ids=[])
+    a = model.generate(PROMPTS, seed=1, **kw)
+    assert model.generate(PROMPTS, seed=1, **kw) == a
+    assert model.generate(PROMPTS, seed=2, **kw) != a
+    assert model.generate(PROMPTS, seed=1, top_k=5, top_p=0.9, **kw) != a
+    # per-row seeds: a row samples the same tokens alone or in any batch
+    batch = model.generate(PROMPTS, seed=[11, 12, 13], **kw)
+    assert model.generate([PROMPTS[1]], seed=[12], **kw) == [batch[1]]
+
+
+def test_stop_id_ends_its_row_only(model):
+    free = model.generate(PROMPTS, max_new_tokens=8, stop_ids=[])
+    stop = free[0][3]
+    got = model.generate(PROMPTS, max_new_tokens=8, stop_ids=[stop])
+    for row, g in zip(free, got):
+        assert g == (row[: row.index(stop)] if stop in row else row)
+
+
+def test_second_call_with_seen_shapes_compiles_nothing(model):
+    compiles = []
+
+    def listener(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        model.generate([[1, 2, 3], [4, 5]], max_new_tokens=10, temperature=0.7, top_p=0.9, seed=3)
+        first = len(compiles)
+        # same buckets (batch 2, prompt <= 16, new tokens <= 16), other values
+        model.generate([[9] * 14, [8]], max_new_tokens=16, temperature=1.3, top_k=4, seed=5, stop_ids=[7])
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert first > 0 and len(compiles) == first
+
+
+def test_mesh_2x2x2_generates_the_same_tokens(hf_dir, model):
+    sharded = easylemur.load(hf_dir[0], mesh="data:2,fsdp:2,tensor:2")
+    emb = sharded.params["embed_tokens"]["embedding"]
+    assert len(emb.sharding.device_set) == 8
+    assert sharded.generate(PROMPTS, max_new_tokens=12, stop_ids=[]) == model.generate(PROMPTS, max_new_tokens=12,
+                                                                                           stop_ids=[])
+
+
+def test_bad_arguments_are_input_errors(model):
+    with pytest.raises(GenerateError, match="empty"):
+        model.generate([[1], []], max_new_tokens=4)
+    with pytest.raises(GenerateError, match="outside the vocabulary"):
+        model.generate([[1, 5000]], max_new_tokens=4)
+    with pytest.raises(GenerateError, match="max_new_tokens"):
+        model.generate([[1]], max_new_tokens=0)
+    with pytest.raises(GenerateError, match="list of prompts"):
+        model.generate([1, 2, 3], max_new_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def chat_dir(tmp_path_factory):
+    """An HF dir with the shipped ChatML tokenizer and a random model of its vocabulary."""
+    path = tmp_path_factory.mktemp("chat")
+    tok = Tokenizer.load()
+    make_hf_model(vocab_size=tok.vocab_size, num_key_value_heads=2).save_pretrained(path)
+    shutil.copy(tok.model_path, path / "tokenizer.model")
+    return path
+
+
+def test_chat_stops_on_im_end(chat_dir):
+    m = easylemur.load(chat_dir)
+    tok = m.tokenizer
+    conv = [{"role": "user", "content": "Write add."}]
+    from easylemur.data.chat import render_prompt
+
+    prompt = render_prompt(conv, tok)
+    free = m.generate([prompt], max_new_tokens=8, stop_ids=[])[0]
+    target = free[2]
+    assert tok.im_end_id not in free[:3] and tok.eos_id not in free[:3]
+    # Swap the LM-head columns of <|im_end|> and `target`: the model now says <|im_end|> exactly
+    # where it said `target`.
+    params = jax.tree.map(lambda x: x, m.params)
+    k = np.array(params["lm_head"]["kernel"])
+    k[:, [target, tok.im_end_id]] = k[:, [tok.im_end_id, target]]
+    params["lm_head"]["kernel"] = k
+    swapped = LoadedModel(m.config, params, tok, str(chat_dir))
+    assert swapped.generate([prompt], max_new_tokens=8)[0] == free[: free.index(target)]
+    assert swapped.chat(conv, max_new_tokens=8) == tok.decode(free[: free.index(target)])
+
+
+def test_cli_streams_the_completion_and_rejects_zero_tokens(chat_dir, capsys):
+    m = easylemur.load(chat_dir)
+    expected = m.complete("def f(x):", max_new_tokens=6, stop_ids=[])
+    assert run_cli(main, ["--checkpoint", str(chat_dir), "--prompt", "def f(x):", "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr().out
+    # default stops (EOS, <|im_end|>) may end it sooner than the free run
+    assert out.startswith("def f(x):") and expected.startswith(out[len("def f(x):"):].rstrip("\n"))
+    assert run_cli(main, ["--checkpoint", str(chat_dir), "--prompt", "x", "--max-new-tokens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-new-tokens 0" in err
