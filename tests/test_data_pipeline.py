@@ -1,6 +1,8 @@
-"""The grain pipeline: packing, weighted mixing, exact resumable state, process shares, mesh."""
+"""The grain pipeline: packing, weighted mixing, exact resumable state (across data.prefetch
+values), process shares, mesh."""
 
 import json
+import threading
 from pathlib import Path
 
 import grain
@@ -11,6 +13,7 @@ from ml_collections import ConfigDict
 from easylemur.data.mixture import MixIterDataset
 from easylemur.data.packing import PackIterDataset
 from easylemur.data.pipeline import make_pipeline
+from easylemur.data.sources import DataError
 from easylemur.config import validate_sources
 from easylemur.tokenizer import Tokenizer
 
@@ -127,25 +130,90 @@ def _batches(it, n):
     return [{k: v.copy() for k, v in next(it).items()} for _ in range(n)]
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
-def test_state_restore_exact(tok, prefetch):
-    cfg = data_cfg({"code": {"path": str(SAMPLES / "code"), "weight": 10.0},
-                    "text": {"path": str(SAMPLES / "text"), "weight": 1.0},
-                    "chat": {"path": str(SAMPLES / "chat"), "weight": 2.0, "format": "chat"}},
-                   seq_len=64, prefetch=prefetch)
-    it = make_pipeline(cfg, tok, global_batch_size=8, seed=7)
+def _three_sources(prefetch: int) -> ConfigDict:
+    return data_cfg({"code": {"path": str(SAMPLES / "code"), "weight": 10.0},
+                     "text": {"path": str(SAMPLES / "text"), "weight": 1.0},
+                     "chat": {"path": str(SAMPLES / "chat"), "weight": 2.0, "format": "chat"}},
+                    seq_len=64, prefetch=prefetch)
+
+
+def _assert_same(expected, got):
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got):
+        for k in e:
+            np.testing.assert_array_equal(e[k], g[k], err_msg=k)
+
+
+def test_prefetch_does_not_change_batches(tok):
+    # data.prefetch is a speed knob: the same batches, counters and state for every value
+    runs = {}
+    for prefetch in (0, 2):
+        with make_pipeline(_three_sources(prefetch), tok, global_batch_size=8, seed=7) as it:
+            runs[prefetch] = (_batches(it, 12), it.token_counts(), it.bad_records(), it.get_state())
+    _assert_same(runs[0][0], runs[2][0])
+    assert runs[0][1:] == runs[2][1:]
+
+
+@pytest.mark.parametrize("saved,resumed", [(0, 0), (2, 2), (2, 0), (0, 2)])
+def test_state_restore_exact(tok, saved, resumed):
+    # a run resumes with another data.prefetch and continues as if never interrupted
+    it = make_pipeline(_three_sources(saved), tok, global_batch_size=8, seed=7)
     _batches(it, 13)  # mid-epoch, mid-document
     state = json.loads(json.dumps(it.get_state()))  # what a checkpoint stores
     expected = _batches(it, 6)
     it.close()
-    it2 = make_pipeline(cfg, tok, global_batch_size=8, seed=7)
+    it2 = make_pipeline(_three_sources(resumed), tok, global_batch_size=8, seed=7)
     it2.set_state(state)
     got = _batches(it2, 6)
     it2.close()
-    for e, g in zip(expected, got):
-        for k in e:
-            np.testing.assert_array_equal(e[k], g[k], err_msg=k)
-    assert it2.token_counts() == it.token_counts()
+    _assert_same(expected, got)
+    assert it2.token_counts() == it.token_counts() and it2.bad_records() == it.bad_records()
+
+
+# The state an earlier easylemur saved with data.prefetch=2 (grain's mp_prefetch: one chain per
+# worker process, each on its own slice of the data), for one source "text".
+OLD_MULTIPROCESS_STATE = {
+    "version": 1,
+    "grain": {"next_index_in_cycle": 1, "next_index_in_datasets": 2, "iterators_in_use_indices": [0, 1],
+              "iterators_in_use_states": [{"parent": {"next_index": 1}, "used": 165, "done": False},
+                                          {"parent": {"next_index": 0}, "used": 256, "done": False}],
+              "exhausted": [0, 0], "future_states": {}},
+    "bad": {"text": {}}, "tokens": {"text": 768}, "shown": {"text": 0}, "sources": ["text"],
+}
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_old_multiprocess_state_is_a_one_line_error(tok, prefetch):
+    cfg = data_cfg({"text": {"path": str(SAMPLES / "text")}}, seq_len=64, prefetch=prefetch)
+    with make_pipeline(cfg, tok, global_batch_size=4, seed=0) as it:
+        with pytest.raises(DataError) as e:
+            it.set_state(OLD_MULTIPROCESS_STATE)
+    msg = str(e.value)
+    assert "\n" not in msg and "data.prefetch=2" in msg and "cannot carry over" in msg
+
+
+def test_state_of_another_chain_is_a_data_error(tok):
+    # a state that does not fit (here: a mixture's state for one source) is named, not a KeyError
+    with make_pipeline(data_cfg({"text": {"path": str(SAMPLES / "text")}}, seq_len=64), tok,
+                       global_batch_size=4, seed=0) as it:
+        state = it.get_state()
+        state["grain"] = {"parents": [state["grain"]], "credit": [0.0], "active": [True]}
+        with pytest.raises(DataError, match=r"does not fit the data pipeline of sources \['text'\]"):
+            it.set_state(state)
+
+
+def test_close_ends_every_thread(tok):
+    before = set(threading.enumerate())
+    it = make_pipeline(_three_sources(2), tok, global_batch_size=8, seed=7)
+    _batches(it, 3)
+    started = set(threading.enumerate()) - before
+    assert started  # the prefetch thread and the read threads ran
+    it.close()
+    for t in started:
+        t.join(timeout=60)  # a bound for a hung thread, not a timing check
+    assert not [t.name for t in started if t.is_alive()]
+    with pytest.raises(DataError, match="closed"):
+        next(it)
 
 
 def test_process_shares_disjoint_and_complete(tok, tmp_path):

@@ -59,3 +59,24 @@ def test_preview_errors_and_help(capsys):
         main(["preview", "--help"])
     out = capsys.readouterr().out
     assert e.value.code == 0 and "--rows" in out and "--format" in out
+
+
+def test_data_errors_are_one_line_exit_2(capsys, tmp_path):
+    import zstandard
+
+    lines = "".join(json.dumps({"text": f"doc {i} " * 50}) + "\n" for i in range(200)).encode()
+    zst = zstandard.ZstdCompressor().compress(lines)
+    cut = tmp_path / "cut.jsonl.zst"
+    cut.write_bytes(zst[: len(zst) // 25])
+    base = ["preview", "--config", "configs/tiny_pretrain.py", "--config.data.prefetch=0"]
+    rc, out, err = run(capsys, *base, f"--config.data.sources.code.path={cut}")
+    assert rc == 2 and out == ""
+    assert err.startswith("error: source 'code': ") and f"{cut}: truncated zstd file" in err
+    assert err.count("\n") == 1  # one line, no traceback
+    rc, _, err = run(capsys, *base, f"--config.data.sources.text.path={tmp_path / 'missing'}")
+    assert rc == 2 and err.count("\n") == 1 and f"source 'text': {tmp_path / 'missing'}: no such file" in err
+    rc, _, err = run(capsys, *base, "--rows", "0")
+    assert rc == 2 and err == "error: --rows must be at least 1, got 0\n"
+    # --debug: the same error with its traceback
+    rc, _, err = run(capsys, *base, f"--config.data.sources.code.path={cut}", "--debug")
+    assert rc == 2 and "Traceback" in err and f"{cut}: truncated zstd file" in err.splitlines()[-1]

@@ -120,9 +120,87 @@ def test_jsonl_parquet_hf_sources(tok, tmp_path):
     assert docs_of({"path": str(p["gz"]), "kind": "hf_files"}) == expect
 
 
-def test_missing_path_is_clear(tok, tmp_path):
-    with pytest.raises(DataError, match="no such file"):
-        make_pipeline(cfg_for({"s": {"path": str(tmp_path / "nothing")}}), tok, global_batch_size=1, seed=0)
+def _data_error(tok, scfg: dict, strict=False) -> str:
+    """The one-line DataError building source 's' raises."""
+    with pytest.raises(DataError) as e:
+        make_pipeline(cfg_for({"s": scfg}, strict=strict), tok, global_batch_size=1, seed=0)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_empty_and_unusable_sources_name_source_and_path(tok, tmp_path):
+    missing = tmp_path / "nothing"
+    assert _data_error(tok, {"path": str(missing)}).startswith(f"source 's': {missing}: no such file or directory")
+    assert _data_error(tok, {"path": str(missing), "kind": "jsonl"}).startswith(f"source 's': {missing}: no such file")
+    (tmp_path / "empty_dir").mkdir()
+    (tmp_path / "empty_dir" / "notes.txt").write_text("not data")
+    assert _data_error(tok, {"path": str(tmp_path / "empty_dir")}).startswith(
+        f"source 's': {tmp_path / 'empty_dir'}: no data files in this directory")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert _data_error(tok, {"path": str(empty)}) == f"source 's' ({empty}) is empty: no records"
+    empty_gz = tmp_path / "empty.jsonl.gz"
+    empty_gz.write_bytes(gzip.compress(b""))
+    assert _data_error(tok, {"path": str(empty_gz)}) == f"source 's' ({empty_gz}) is empty: no records"
+    blank = tmp_path / "blank.jsonl"
+    blank.write_bytes(b"  \n\t\n")
+    assert _data_error(tok, {"path": str(blank)}).startswith(f"source 's' ({blank}) has no usable record (2 records read")
+
+
+def _jsonl_bytes(n_docs: int) -> bytes:
+    return "".join(json.dumps({"text": f"document {i} " + "words and more words " * 20}) + "\n"
+                   for i in range(n_docs)).encode()
+
+
+def _broken_files(d: Path) -> dict:
+    """Each broken compressed file, with the first byte at which a decoder can notice."""
+    import zstandard
+
+    zst = zstandard.ZstdCompressor().compress(_jsonl_bytes(400))
+    gz = gzip.compress(_jsonl_bytes(400))
+    cut = len(zst) // 25  # 96% of the file lost
+    files = {
+        "truncated.jsonl.zst": (zst[:cut], cut),
+        "truncated.jsonl.gz": (gz[: len(gz) // 2], len(gz) // 2),
+        "bad_magic.jsonl.gz": (b"\x1f\x8c" + gz[2:], 1),
+        "corrupt.jsonl.gz": (gz[:200] + bytes([gz[200] ^ 0x55]) + gz[201:], 200),  # a bit flip inside the data
+        "garbage_after.jsonl.zst": (zst + b"not a zstd frame", len(zst)),
+    }
+    out = {}
+    for name, (data, first) in files.items():
+        (d / name).write_bytes(data)
+        out[name] = (d / name, first, len(data))
+    return out
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_broken_compressed_files_are_errors_naming_file_and_offset(tok, tmp_path, strict):
+    # a broken file is not a bad record: an error in default and strict mode alike
+    for name, (path, first, size) in _broken_files(tmp_path).items():
+        msg = _data_error(tok, {"path": str(path)}, strict=strict)
+        assert msg.startswith(f"source 's': {path}: "), msg
+        kind = "truncated" if name.startswith("truncated") else "corrupt"
+        assert f": {kind} {'zstd' if name.endswith('zst') else 'gzip'} " in msg, msg
+        offset = int(msg.split("byte offset ")[1].split()[0])
+        assert first <= offset <= size, msg  # where the decoder stopped, not before the damage
+        if kind == "truncated":
+            assert offset == size
+
+
+def test_gzip_members_and_zstd_frames_read_whole(tok, tmp_path):
+    import zstandard
+
+    docs = [f"doc {i} text" for i in range(6)]
+    lines = [json.dumps({"text": d}).encode() + b"\n" for d in docs]
+    # concatenated gzip members with zero padding after them (gzip and Python's gzip accept both)
+    (tmp_path / "m.jsonl.gz").write_bytes(gzip.compress(b"".join(lines[:2])) + gzip.compress(b"".join(lines[2:]))
+                                          + b"\0" * 600)
+    c = zstandard.ZstdCompressor()
+    (tmp_path / "f.jsonl.zst").write_bytes(c.compress(b"".join(lines[:3])) + c.compress(b"".join(lines[3:])))
+    for name in ("m.jsonl.gz", "f.jsonl.zst"):
+        src = open_source(source_dict({"path": str(tmp_path / name)}))
+        assert [src[i][1]["text"] for i in range(len(src))] == docs
 
 
 # --- bad records -----------------------------------------------------------------------------
@@ -196,16 +274,17 @@ def test_strict_names_file_and_line(tok, tmp_path, line, kind):
         list(it)
 
 
-def test_strict_raises_through_prefetch_workers(tok, tmp_path):
+def test_strict_raises_through_prefetch_threads(tok, tmp_path):
     path = _bad_file(tmp_path / "bad.jsonl", TEXT_BAD[:1])
     cfg = cfg_for({"t": {"path": str(path)}}, strict=True)
-    cfg.prefetch = 1
-    with pytest.raises(Exception, match=r"bad\.jsonl:2: malformed_json"):
-        list(make_pipeline(cfg, tok, global_batch_size=1, seed=0, shuffle=False, repeat=False))
+    cfg.prefetch = 2  # the record is tokenized in a read thread, the row packed in the prefetch thread
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: malformed_json"):
+        with make_pipeline(cfg, tok, global_batch_size=1, seed=0, shuffle=False, repeat=False) as it:
+            list(it)
 
 
 def test_source_without_usable_record_is_an_error(tok, tmp_path):
     path = tmp_path / "allbad.jsonl"
     path.write_bytes(b"{oops\n" + json.dumps({"text": ""}).encode() + b"\n")
-    with pytest.raises(DataError, match=r"source 't' has no usable record .*empty 1, malformed_json 1"):
+    with pytest.raises(DataError, match=rf"source 't' \({path}\) has no usable record .*empty 1, malformed_json 1"):
         make_pipeline(cfg_for({"t": {"path": str(path)}}), tok, global_batch_size=1, seed=0)

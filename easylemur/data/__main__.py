@@ -1,13 +1,15 @@
-"""python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--config.a.b=v ...]
+"""python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--debug] [--config.a.b=v ...]
 
 Shows what the model will see: the first N packed rows of the training mixture, built by the
-same pipeline (same seed, batch size, seq_len and prefetch workers) the train loop uses.
+same pipeline (same seed, batch size and seq_len) the train loop uses; data.prefetch does not
+change the rows.
 
 --format json (default): one JSON object per row with `source` (mixture component),
 `input_ids`, `loss_mask` (1 where that token is a trained target), `segment_ids`, `positions`
 and `trained_text` (decoded text of each run of trained tokens, special tokens written out).
 --format text: each row's segments decoded, trained spans between ⟦ and ⟧.
-Bad-record counts go to stderr.
+Bad-record counts go to stderr. An error (a config key, a missing or corrupt data file) is one
+line on stderr, exit 2; --debug (or EASYLEMUR_DEBUG=1) shows the traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import json
 import sys
 from typing import Sequence
 
-USAGE = "python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--config.KEY=VALUE ...]"
+from easylemur.errors import add_debug_flag
+
+USAGE = "python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--debug] [--config.KEY=VALUE ...]"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="config file (configs/NAME.py)")
     p.add_argument("--rows", type=int, default=4, help="number of rows to show (default 4)")
     p.add_argument("--format", choices=("json", "text"), default="json", help="output format (default json)")
+    add_debug_flag(p)
     return ap
 
 
@@ -111,21 +116,25 @@ def preview(config: str, overrides: list[str], rows: int, fmt: str, out=None) ->
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from easylemur.config import ConfigError, parse_cli
+def _main(argv: Sequence[str] | None) -> int:
+    from easylemur.config import parse_cli
+    from easylemur.errors import InputError
 
     args, overrides = parse_cli(_parser(), argv)
-    from easylemur.data.sources import DataError
-
+    if args.rows < 1:
+        raise InputError(f"--rows must be at least 1, got {args.rows}")
     try:
-        if args.rows < 1:
-            raise SystemExit("error: --rows must be at least 1")
         return preview(args.config, overrides, args.rows, args.format)
-    except (ConfigError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
         return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI: an error is one line on stderr, exit 2 for bad input (config, data, flags), 1 for
+    anything else; the traceback only with --debug or EASYLEMUR_DEBUG=1."""
+    from easylemur.errors import run_cli
+
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

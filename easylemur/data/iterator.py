@@ -1,9 +1,11 @@
 """The data iterator the train loop holds (docs/design.md, "Bad records").
 
-It sits in the main process, after prefetch: it strips the bad-record notes the rows carry,
-counts them and the tokens of each source, replaces padding ids with the pad id, and makes
-global jax.Arrays when given a mesh. Its state (JSON-able) is grain's state of the whole chain
-(per worker under prefetch) plus those counters, so a resumed run reports the same totals.
+It sits in the main process, after the prefetch thread: it strips the bad-record notes the
+rows carry, counts them and the tokens of each source, replaces padding ids with the pad id,
+and makes global jax.Arrays when given a mesh. Its state (JSON-able) is grain's state of the
+chain at the last batch consumed plus those counters, so a resumed run reports the same
+totals. The state has one format whatever `data.prefetch` is; a state written by the worker
+processes of easylemur before that (`mp_prefetch`) is refused with a one-line DataError.
 """
 
 from __future__ import annotations
@@ -19,12 +21,23 @@ from easylemur.data.sources import DataError
 SHOW_FIRST_BAD = 5  # per source: file:line printed to stderr for the first few bad records
 
 
+def multiprocess_workers(grain_state: Any) -> int:
+    """The number of worker processes a grain state was saved by, 0 for any other state.
+
+    Earlier easylemur ran the chain under grain's `mp_prefetch` for data.prefetch > 0; that
+    state is an interleave of one chain per worker (each on a slice of every source), with
+    these keys at the top. The chain's own states (pack, mix) never have them."""
+    if isinstance(grain_state, Mapping) and "iterators_in_use_states" in grain_state and "exhausted" in grain_state:
+        return len(grain_state["exhausted"]) or 1
+    return 0
+
+
 class DataIterator:
     """Batches for this process; `get_state`/`set_state` for checkpoints; bad-record counts.
 
-    The counting lives here, not in the grain chain, because only the main process sees every
-    batch exactly once whatever the number of prefetch workers: counters kept inside workers
-    would be split between them and would run ahead of the batches actually consumed."""
+    The counting lives here, not in the grain chain, because only here is every batch seen
+    exactly once, when it is consumed: counters kept inside the chain would run ahead of the
+    batches consumed by as much as the prefetch thread has built."""
 
     def __init__(self, ds: grain.IterDataset, source_names: list[str], mesh: Any, pad_id: int):
         self._ds = ds
@@ -41,6 +54,8 @@ class DataIterator:
         return self
 
     def __next__(self) -> dict[str, Any]:
+        if self._it is None:
+            raise DataError("the data iterator was closed")
         try:
             batch = next(self._it)
         except StopIteration:
@@ -99,26 +114,50 @@ class DataIterator:
 
     def get_state(self) -> dict[str, Any]:
         """The JSON-able state a checkpoint stores: grain's chain plus every counter."""
+        if self._it is None:
+            raise DataError("the data iterator was closed; its state was not kept")
         return {"version": 1, "grain": self._it.get_state(), "bad": self.bad_records(),
                 "tokens": self.token_counts(), "shown": dict(self._shown), "sources": list(self.source_names)}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Resumes from `get_state()`; refuses a state saved for other sources."""
-        if state.get("version") != 1:
-            raise DataError(f"unknown data iterator state version {state.get('version')!r}")
+        """Resumes from `get_state()`; refuses a state saved for other sources, or by the
+        worker processes of an older easylemur, with a DataError (never a KeyError)."""
+        if not isinstance(state, Mapping) or state.get("version") != 1:
+            found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise DataError(f"unknown data iterator state version {found!r} (expected 1)")
         if list(state["sources"]) != self.source_names:
             raise DataError(f"iterator state is for sources {state['sources']}, the pipeline reads {self.source_names}")
-        self._it.set_state(state["grain"])
+        grain_state = state["grain"]
+        workers = multiprocess_workers(grain_state)
+        if workers:
+            raise DataError(
+                f"the checkpoint's data position was saved by {workers} data worker processes of an older "
+                f"easylemur (data.prefetch={workers}), each reading its own slice of the data; it cannot carry "
+                "over to this version, whose batches do not depend on data.prefetch: resume with the version "
+                "that wrote it, or start a new workdir with init.from=<this checkpoint> (weights kept, "
+                "optimizer and data order new)"
+            )
+        try:
+            self._it.set_state(grain_state)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            # a state of another chain: a changed source kind (file <-> hub stream), a hand-edited
+            # checkpoint; grain itself would name only the missing key
+            raise DataError(
+                f"the checkpoint's data state does not fit the data pipeline of sources {self.source_names} "
+                f"({type(e).__name__}: {e}); resume with the data.sources it was saved with"
+            ) from e
         self._bad = {n: dict(state["bad"].get(n, {})) for n in self.source_names}
         self._tokens = {n: int(state["tokens"].get(n, 0)) for n in self.source_names}
         self._shown = {n: int(state["shown"].get(n, 0)) for n in self.source_names}
         self._finished = False
 
     def close(self) -> None:
-        """Stops the prefetch workers (if any) now rather than at garbage collection."""
-        close = getattr(self._it, "close", None)
-        if close is not None:
-            close()
+        """Stops the prefetch and read threads now (idempotent). The grain iterator is dropped
+        too: left to the end of the interpreter, its own cleanup would run after the modules
+        it needs are gone and print errors."""
+        it, self._it = self._it, None
+        if it is not None:
+            it.close()
 
     def __enter__(self) -> DataIterator:
         return self

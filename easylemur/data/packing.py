@@ -4,8 +4,8 @@
 A row holds documents of one source only, each its own segment (segment_ids 1, 2, ...;
 positions restart at 0), so attention never crosses documents and the row's source is known.
 The bad records met while filling a row ride on it as notes (`_bad`), so they are counted
-exactly once wherever the row is built (this process or a prefetch worker) and the counts
-saved with a checkpoint match the rows consumed.
+exactly once, when the row is consumed (not when the prefetch thread builds it), and the
+counts saved with a checkpoint match the rows consumed.
 
 A packer's state is always at a row boundary: the parent's state just before the document
 that starts the next row, and the number of that document's tokens already used.

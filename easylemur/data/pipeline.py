@@ -16,19 +16,29 @@ Per source (a grain MapDataset until packing, so shuffling is global and index-b
       --> to_iter_dataset --> PackIterDataset (rows of seq_len, one source per row)
 
 then `MixIterDataset` interleaves the sources' rows by weight (smooth weighted round-robin:
-exact shares, deterministic), `batch` stacks this process's rows (`collate`), and
-`mp_prefetch` runs the whole chain in `data.prefetch` worker processes (each on a slice of
-every source). The main process wraps the grain iterator in `DataIterator`, which strips the
-bad-record notes carried by the rows, counts them and the tokens per source, and assembles
-global jax.Arrays when given a mesh.
+exact shares, deterministic), `batch` stacks this process's rows (`collate`), and a
+`ThreadPrefetchIterDataset` builds the next `data.prefetch` batches in a background thread.
+The main process wraps the grain iterator in `DataIterator`, which strips the bad-record notes
+carried by the rows, counts them and the tokens per source, and assembles global jax.Arrays
+when given a mesh.
+
+`data.prefetch` is a speed knob only: the batches and the saved state are the same for every
+value, so a run resumes with another one. Its parallelism never splits the data: the
+background thread runs the one chain, and each file source tokenizes with `data.prefetch`
+threads that return documents in index order (grain's `ReadOptions`; sentencepiece releases
+the GIL while it encodes). Worker processes, as grain's `mp_prefetch` runs them, would each
+read a slice of the data, so the batches, and the state's format, would depend on their
+number (docs/design.md, "Mixture").
 
 Bad records travel *with the data* (as notes on the next row of their source) rather than
-through side channels, so they are counted exactly once whether rows are built in this process
-or in prefetch workers, and the counts saved with a checkpoint match the rows consumed.
+through side channels, so they are counted exactly once, in the main process, and the counts
+saved with a checkpoint match the rows consumed.
 
-Iterator state (JSON-able): grain's state of the whole chain (per worker under prefetch) plus
-the counters. A packer's state is always at a row boundary: the parent's state just before the
-document that starts the next row, and the number of that document's tokens already used.
+Iterator state (JSON-able): grain's state of the chain at the last batch consumed (the
+prefetch thread's state is its parent's state at that batch, whatever it has built ahead)
+plus the counters. A packer's state is always at a row boundary: the parent's state just
+before the document that starts the next row, and the number of that document's tokens
+already used.
 """
 
 from __future__ import annotations
@@ -48,6 +58,10 @@ from easylemur.data.tokenize import Tokenize, probe_source
 
 if TYPE_CHECKING:
     from easylemur.tokenizer import Tokenizer
+
+# documents a read thread may tokenize ahead of the packer; enough to keep every thread busy
+# across documents of very different lengths, a few MB of ids at most
+READ_BUFFER_PER_THREAD = 8
 
 
 def source_seed(seed: int, name: str) -> int:
@@ -74,40 +88,40 @@ def source_rows(
     """One source's packed rows (an IterDataset of row dicts).
 
     Everything up to packing is per source, so that each source is shuffled, repeated and
-    shared between processes on its own, and a row never mixes documents of two sources."""
-    reader = open_source(scfg)
+    shared between processes on its own, and a row never mixes documents of two sources.
+    `read_threads` > 0 tokenizes a file source's documents in that many threads, handed on in
+    index order: the rows and the state do not depend on it."""
+    try:
+        reader = open_source(scfg)
+    except DataError as e:
+        raise DataError(f"source '{name}': {e}") from None
     tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, name)
     if isinstance(reader, StreamSpec):
         docs = StreamIterDataset(reader, process_index, process_count, source_seed(seed, name) if shuffle else None)
         docs = docs.map(tokenize)
         share = 1 << 30
     else:
+        if len(reader) == 0:
+            raise DataError(f"source '{name}' ({scfg['path']}) is empty: no records")
         records = grain.MapDataset.source(reader)[process_index::process_count]
         if len(records) == 0:
-            raise DataError(f"source '{name}' ({scfg['path']}) has no records for process {process_index} of {process_count}")
-        probe_source(records, Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name), name)
+            raise DataError(
+                f"source '{name}' ({scfg['path']}) has {len(reader)} records, none for data stream {process_index} of "
+                f"{process_count}; it needs at least {process_count} records"
+            )
+        probe_source(records, Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name), name,
+                     scfg["path"])
         share = len(records)
         if shuffle:
             records = records.shuffle(seed=source_seed(seed, name))
         if repeat:
             records = records.repeat(None)
         docs = records.map(tokenize).to_iter_dataset(
-            grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=max(1, 4 * read_threads))
+            grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=READ_BUFFER_PER_THREAD * read_threads)
         )
     rows = PackIterDataset(docs, seq_len, split=scfg["format"] == "text", source_index=index,
                            source_name=name, max_consecutive_bad=share + 1)
     return rows
-
-
-def _identity(x):
-    return x
-
-
-def _ensure_absl_flags() -> None:
-    from absl import flags
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
 
 
 def make_pipeline(
@@ -122,12 +136,14 @@ def make_pipeline(
     shuffle: bool = True,
     repeat: bool = True,
     mesh: Any = None,
-    read_threads: int = 0,
+    read_threads: int | None = None,
 ) -> DataIterator:
     """The data iterator for this process: `global_batch_size // process_count` rows a batch.
 
     `data_cfg` is the `data` section (seq_len, strict, prefetch, sources); `sources` replaces
-    data_cfg.sources (the train loop passes data.eval_sources with shuffle=False, repeat=False)."""
+    data_cfg.sources (the train loop passes data.eval_sources with shuffle=False, repeat=False).
+    `data.prefetch` = N builds N batches ahead in a background thread and tokenizes each file
+    source in N threads (`read_threads` overrides the latter); neither changes the batches."""
     sources = data_cfg.sources if sources is None else sources
     if not sources or not len(sources):
         raise DataError("no data sources configured (data.sources is empty)")
@@ -136,6 +152,7 @@ def make_pipeline(
     seq_len = int(data_cfg.seq_len)
     strict = bool(data_cfg.get("strict", False))
     prefetch = int(data_cfg.get("prefetch", 0))
+    read_threads = prefetch if read_threads is None else int(read_threads)
     local_batch = global_batch_size // process_count
     names = list(sources.keys())
     per_source, weights = [], []
@@ -150,12 +167,9 @@ def make_pipeline(
         weights.append(float(scfg["weight"]))
     ds = per_source[0] if len(per_source) == 1 else MixIterDataset(per_source, weights)
     ds = ds.batch(local_batch, batch_fn=functools.partial(collate, batch_size=local_batch, seq_len=seq_len))
-    if prefetch > 0:
-        _ensure_absl_flags()
-        # A plain map hides the batch from grain's shared-memory output path: small batches
-        # pickle cheaply, and shared-memory blocks still buffered at exit are reported as leaks.
-        ds = ds.map(_identity)
-        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=prefetch, per_worker_buffer_size=8))
+    # Always wrapped, also for prefetch 0 (where it runs inline): its state is its parent's at
+    # the batch last returned, for any buffer size, so states carry over between values.
+    ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch)
     return DataIterator(ds, names, mesh, tokenizer.pad_id)
 
 

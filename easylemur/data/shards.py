@@ -32,11 +32,14 @@ class DataShards:
         self.mesh, self.num_shards = mesh, S
         self.mine = list(range(p * S // P, (p + 1) * S // P))
         check_rows_per_process(mesh, cfg.train.batch_size, cfg.data.seq_len)
-        self.streams = [
-            make_pipeline(cfg.data, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
-                          process_index=s, process_count=S)
-            for s in self.mine
-        ]
+        self.streams = []
+        try:
+            for s in self.mine:
+                self.streams.append(make_pipeline(cfg.data, tokenizer, global_batch_size=cfg.train.batch_size,
+                                                  seed=cfg.seed, process_index=s, process_count=S))
+        except BaseException:
+            self.close()  # the streams already built: nothing of them may outlive this error
+            raise
         self.source_names: list[str] = list(self.streams[0].source_names)
 
     def __next__(self) -> dict:
@@ -107,7 +110,7 @@ def eval_batches(cfg: ConfigDict, tokenizer: Any, mesh: Any) -> Iterator[dict]:
     process whose share of the data ends feeds rows that train nothing, so every process runs
     the same number of eval steps and the collectives stay in step across hosts."""
     data_cfg = ConfigDict(cfg.data.to_dict())
-    data_cfg.prefetch = 0  # a few batches: worker processes would cost more than they save
+    data_cfg.prefetch = 0  # a few batches, once: threads reading ahead would tokenize rows never used
     P = jax.process_count()
     with make_pipeline(
         data_cfg, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,

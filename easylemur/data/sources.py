@@ -24,10 +24,10 @@ never raised here: the pipeline decides (skip and count, or raise in strict mode
 from __future__ import annotations
 
 import glob as globlib
-import gzip
 import json
 import mmap
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -100,6 +100,12 @@ def resolve_files(path: str, suffixes: tuple[str, ...]) -> list[str]:
     return sorted(files)
 
 
+def _why_no_files(path: str) -> str:
+    if any(c in path for c in "*?["):
+        return "the pattern matches no file"
+    return "no data files in this directory" if os.path.isdir(path) else "no such file or directory"
+
+
 def detect_kind(path: str) -> str:
     if path.startswith("tfds:"):
         return "tfds"
@@ -113,7 +119,7 @@ def detect_kind(path: str) -> str:
     if resolve_files(path, JSONL_SUFFIXES):
         return "jsonl"
     if p.exists() or any(c in path for c in "*?["):
-        raise DataError(f"{path}: no .jsonl[.gz|.zst] or .parquet files found")
+        raise DataError(f"{path}: {_why_no_files(path)} (expected .jsonl[.gz|.zst] or .parquet files)")
     if "/" in path and not path.startswith((".", "/")) and path.count("/") == 1:
         return "hf_hub"
     raise DataError(f"{path}: no such file or directory (and not a hub dataset name like 'org/name')")
@@ -122,21 +128,90 @@ def detect_kind(path: str) -> str:
 # --- JSONL -----------------------------------------------------------------------------------
 
 
-def _read_bytes(path: str) -> bytes | mmap.mmap:
-    if path.endswith(".gz"):
-        with gzip.open(path, "rb") as f:
-            return f.read()
-    if path.endswith(".zst"):
-        import zstandard
+DECODE_CHUNK = 1 << 16  # compressed bytes fed to a decoder at a time
 
+
+def _gzip_decoder():
+    return zlib.decompressobj(wbits=31)  # one gzip member: header, deflate data, CRC-32 + size
+
+
+def _zstd_decoder():
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj()  # one frame
+
+
+def _decode_error_types() -> tuple[type[BaseException], ...]:
+    import zstandard
+
+    return (zlib.error, zstandard.ZstdError)
+
+
+def _decompress(path: str, data: Any, new_decoder: Any, fmt: str) -> bytes:
+    """Every member (gzip) or frame (zstd) of `data`, decompressed.
+
+    A corrupt or truncated file is a DataError naming the file and the byte offset of the
+    compressed stream where the decoder stopped, never a partial result: the decoders stop
+    quietly at the end of their input, so without the end-of-stream check a cut file would
+    lose everything after the cut and show, at most, one malformed last line."""
+    errors = _decode_error_types()
+    n, pos, out = len(data), 0, []
+    while pos < n:
+        if fmt == "gzip":
+            # zero bytes between or after members (tape padding): gzip and Python's gzip skip them
+            head = data[pos : pos + DECODE_CHUNK]
+            if skip := len(head) - len(head.lstrip(b"\0")):
+                pos += skip
+                continue
+        start, dec = pos, new_decoder()
+        while not dec.eof:
+            if pos >= n:
+                raise DataError(
+                    f"{path}: truncated {fmt} file: the compressed stream ends at byte offset {n} inside the "
+                    f"{fmt} {'member' if fmt == 'gzip' else 'frame'} that starts at byte {start} "
+                    f"(a partial copy or an interrupted write; the file needs to be written again)"
+                )
+            chunk = data[pos : pos + DECODE_CHUNK]
+            try:
+                out.append(dec.decompress(chunk))
+            except errors as e:
+                at = _error_offset(data, start, pos, new_decoder, errors)
+                raise DataError(f"{path}: corrupt {fmt} data at byte offset {at} of {n}: {e}") from None
+            pos += len(chunk) - len(dec.unused_data)
+    return b"".join(out)
+
+
+def _error_offset(data: Any, start: int, chunk_start: int, new_decoder: Any, errors: tuple) -> int:
+    """The byte where decoding fails inside the chunk that failed at `chunk_start`: the stream
+    again from its start, then that chunk one byte at a time (only on the error path)."""
+    dec = new_decoder()
+    dec.decompress(data[start:chunk_start])  # decoded without error the first time
+    for i in range(chunk_start, min(len(data), chunk_start + DECODE_CHUNK)):
+        try:
+            dec.decompress(data[i : i + 1])
+        except errors:
+            return i
+    return chunk_start
+
+
+def _read_bytes(path: str) -> bytes | mmap.mmap:
+    """The bytes of a JSONL file: decompressed into memory (.gz, .zst, checked end to end) or
+    memory-mapped (anything else). An unreadable file is a DataError naming it."""
+    try:
+        size = os.path.getsize(path)
+        if size == 0:
+            return b""
         with open(path, "rb") as f:
-            # stream_reader copes with frames that do not record their content size
-            return zstandard.ZstdDecompressor().stream_reader(f).read()
-    size = os.path.getsize(path)
-    if size == 0:
-        return b""
-    with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            raw = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    if path.endswith(".gz"):
+        with raw:
+            return _decompress(path, raw, _gzip_decoder, "gzip")
+    if path.endswith(".zst"):
+        with raw:
+            return _decompress(path, raw, _zstd_decoder, "zstd")
+    return raw
 
 
 def _line_index(buf: bytes | mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -175,7 +250,7 @@ class JsonlSource:
         self._file = cat(fidx, np.int32)
 
     def __getstate__(self):
-        # Workers reopen the files themselves: mmaps do not pickle and buffers would be copied.
+        # A pickled copy reopens the files itself: mmaps do not pickle and buffers would be copied.
         state = dict(self.__dict__)
         state["_bufs"] = {}
         return state
@@ -219,11 +294,17 @@ class ParquetSource:
     access (row groups would be decoded over and over under a global shuffle)."""
 
     def __init__(self, files: list[str], columns: list[str] | None):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         self.files = list(files)
         self.columns = columns
-        counts = [pq.ParquetFile(f).metadata.num_rows for f in self.files]
+        counts = []
+        for f in self.files:
+            try:
+                counts.append(pq.ParquetFile(f).metadata.num_rows)
+            except (pa.ArrowException, OSError) as e:  # pyarrow's message does not name the file
+                raise DataError(f"{f}: not a readable Parquet file ({type(e).__name__}: {e})") from None
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._tables: dict[int, Any] = {}
 
@@ -238,11 +319,15 @@ class ParquetSource:
     def _table(self, fi: int):
         t = self._tables.get(fi)
         if t is None:
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            schema = pq.read_schema(self.files[fi])
-            cols = None if self.columns is None else [c for c in self.columns if c in schema.names]
-            t = self._tables[fi] = pq.read_table(self.files[fi], columns=cols, memory_map=True)
+            try:
+                schema = pq.read_schema(self.files[fi])
+                cols = None if self.columns is None else [c for c in self.columns if c in schema.names]
+                t = self._tables[fi] = pq.read_table(self.files[fi], columns=cols, memory_map=True)
+            except (pa.ArrowException, OSError) as e:  # a damaged column chunk shows only when decoded
+                raise DataError(f"{self.files[fi]}: not a readable Parquet file ({type(e).__name__}: {e})") from None
         return t
 
     def __getitem__(self, index: int) -> tuple[str, Any]:
@@ -326,12 +411,12 @@ def open_source(scfg: Mapping[str, Any]) -> Any:
     if kind == "jsonl":
         files = resolve_files(path, JSONL_SUFFIXES)
         if not files:
-            raise DataError(f"{path}: no .jsonl, .jsonl.gz or .jsonl.zst files")
+            raise DataError(f"{path}: {_why_no_files(path)} (expected .jsonl, .jsonl.gz or .jsonl.zst files)")
         return JsonlSource(files)
     if kind == "parquet":
         files = resolve_files(path, PARQUET_SUFFIXES)
         if not files:
-            raise DataError(f"{path}: no .parquet files")
+            raise DataError(f"{path}: {_why_no_files(path)} (expected .parquet files)")
         cols = None
         if scfg["format"] == "text" or scfg["field"]:
             cols = [scfg["field"] or "text"]

@@ -1,8 +1,8 @@
 """Streamed HF hub datasets as grain sources (docs/design.md, "Sources").
 
 A stream has no length and no random access, so it cannot be a grain MapDataset like the
-file sources: it enters the pipeline as an IterDataset of (where, record), sharded by process
-and by prefetch worker, with the number of records consumed as its state.
+file sources: it enters the pipeline as an IterDataset of (where, record), sharded by data
+stream (`split_dataset_by_node`), with the number of records consumed as its state.
 """
 
 from __future__ import annotations
@@ -15,18 +15,13 @@ from easylemur.data.sources import StreamSpec
 
 
 class StreamIterDataset(grain.IterDataset):
-    """A streamed HF hub dataset as a grain source: sharded by process (split_dataset_by_node)
-    and by prefetch worker (set_slice); its state is the number of records consumed."""
+    """A streamed HF hub dataset as a grain source: sharded by data stream
+    (split_dataset_by_node); its state is the number of records consumed."""
 
     def __init__(self, spec: StreamSpec, shard_index: int, shard_count: int, seed: int | None):
         super().__init__()
         self.spec = spec
         self.shard_index, self.shard_count, self.seed = shard_index, shard_count, seed
-
-    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
-        # worker w of W reads shard (process * W + w) of (processes * W)
-        w, W = sl.start or 0, sl.step or 1
-        self.shard_index, self.shard_count = self.shard_index * W + w, self.shard_count * W
 
     def __iter__(self) -> StreamIterator:
         return StreamIterator(self)

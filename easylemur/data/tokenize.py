@@ -101,11 +101,11 @@ class Tokenize(grain.transforms.Map):
         return {"ids": np.asarray(ids, np.int32), "mask": np.asarray(mask, np.int8)}
 
 
-def probe_source(records: grain.MapDataset, tokenize: Tokenize, name: str) -> None:
+def probe_source(records: grain.MapDataset, tokenize: Tokenize, name: str, path: str = "") -> None:
     """Fails early when a source (this process's share of it) has no usable record.
 
     Without it, a source of nothing but bad records would be found out only when the packer
-    gives up after a full pass of consecutive bad records, deep inside a prefetch worker; the
+    gives up after a full pass of consecutive bad records, deep inside the prefetch thread; the
     probe stops at the first usable record, so a healthy source costs next to nothing."""
     kinds: dict[str, int] = {}
     for i in range(len(records)):
@@ -114,5 +114,6 @@ def probe_source(records: grain.MapDataset, tokenize: Tokenize, name: str) -> No
             return
         if isinstance(out, BadRecord):
             kinds[out.kind] = kinds.get(out.kind, 0) + 1
-    detail = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "no records"
-    raise DataError(f"source '{name}' has no usable record ({len(records)} records read: {detail})")
+    detail = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "blank lines only"
+    where = f" ({path})" if path else ""
+    raise DataError(f"source '{name}'{where} has no usable record ({len(records)} records read: {detail})")
