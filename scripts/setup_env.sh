@@ -8,3 +8,9 @@ if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 # torch first and pinned: the local CPU wheel; anything looser pulls a multi-GB CUDA build.
 .venv/bin/pip install -q "torch==2.13.0"
 .venv/bin/pip install -q -e ".[test]"
+# bubblewrap sandboxes generated code in `python -m easylemur.eval` (and its tests).
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=$([ "$(id -u)" = 0 ] || echo sudo -n)
+    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
+        || echo "setup_env: could not install bubblewrap (apt-get install -y bubblewrap); sandbox tests will be skipped" >&2
+fi
