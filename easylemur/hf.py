@@ -32,28 +32,104 @@ class HFFormatError(InputError):
 # ----------------------------------------------------------------------------- config
 
 
+_REQUIRED = object()  # marks a config.json field without a default
+
+# The scaling keys each supported rope_type reads (models/llama.py, rope frequencies).
+_ROPE_KEYS = {"linear": ("factor",), "dynamic": ("factor",),
+              "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+
 def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaConfig:
-    """LlamaConfig from an HF config dict; unsupported features are errors naming the field."""
+    """LlamaConfig from an HF config dict; unsupported features, missing required fields and
+    values of the wrong type are HFFormatErrors naming `source`, the field and what was
+    expected."""
 
     def fail(field, why):
         raise HFFormatError(f"{source}: {field} {why}")
 
-    model_type = hf.get("model_type")
-    if model_type != "llama":
-        fail("model_type", f"is {model_type!r}; only 'llama' models are supported")
-    if hf.get("hidden_act", "silu") != "silu":
+    if not isinstance(hf, dict):
+        raise HFFormatError(f"{source}: expected a JSON object of model settings, found {type(hf).__name__}")
+
+    def value(field, default, expected):
+        if field not in hf:
+            if default is _REQUIRED:
+                fail(field, f"is missing; expected {expected}")
+            return default, False
+        if hf[field] is None:
+            if default is _REQUIRED:
+                fail(field, f"is null; expected {expected}")
+            return default, False
+        return hf[field], True
+
+    def integer(field, default=_REQUIRED):
+        v, given = value(field, default, "a positive integer")
+        if not given:
+            return v
+        # bool is an int to Python; 64.0 is what some exporters write for 64
+        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())) or v < 1:
+            fail(field, f"is {v!r}; expected a positive integer")
+        return int(v)
+
+    def number(field, default=_REQUIRED, within=None, where=""):
+        """A top-level field, or with `within` a key of that dict (named `where` + field)."""
+        if within is None:
+            v, given = value(field, default, "a number")
+            if not given:
+                return v
+        elif field not in within:
+            fail(f"{where}{field}", "is missing; expected a number")
+        else:
+            v = within[field]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            fail(f"{where}{field}", f"is {v!r}; expected a number")
+        return float(v)
+
+    def flag(field, default):
+        v, given = value(field, default, "true or false")
+        if given and not isinstance(v, bool):
+            fail(field, f"is {v!r}; expected true or false")
+        return v
+
+    def text(field, default, expected="a string"):
+        v, given = value(field, default, expected)
+        if given and not isinstance(v, str):
+            fail(field, f"is {v!r}; expected {expected}")
+        return v
+
+    def mapping(field):
+        v, given = value(field, {}, "an object")
+        if given and not isinstance(v, dict):
+            fail(field, f"is {v!r}; expected an object (or null)")
+        return dict(v)
+
+    def token_id(field, default):
+        # some configs list several EOS ids; easylemur's config keeps the first
+        v, given = value(field, default, "a token id")
+        if given and isinstance(v, list):
+            v = v[0] if v else default
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            fail(field, f"is {hf[field]!r}; expected a token id (an integer >= 0, or a list of them)")
+        return v
+
+    if text("model_type", _REQUIRED, "'llama'") != "llama":
+        fail("model_type", f"is {hf['model_type']!r}; only 'llama' models are supported")
+    if text("hidden_act", "silu") != "silu":
         fail("hidden_act", f"is {hf['hidden_act']!r}; only 'silu' (SwiGLU) is supported")
-    for flag in ("attention_bias", "mlp_bias"):
-        if hf.get(flag):
-            fail(flag, "is true; Llama projections without biases are the only layout supported")
-    if float(hf.get("attention_dropout", 0.0) or 0.0) != 0.0:
+    for name in ("attention_bias", "mlp_bias"):
+        if flag(name, False):
+            fail(name, "is true; Llama projections without biases are the only layout supported")
+    if number("attention_dropout", 0.0) != 0.0:
         fail("attention_dropout", "is non-zero; not supported")
 
     # transformers 5 writes rope_parameters; older configs and other loaders use
     # rope_theta + rope_scaling. Read both; rope_parameters wins where both exist.
-    params = dict(hf.get("rope_parameters") or {})
-    scaling = dict(hf.get("rope_scaling") or {})
-    theta = params.pop("rope_theta", hf.get("rope_theta", 10000.0))
+    params = mapping("rope_parameters")
+    scaling = mapping("rope_scaling")
+    if "rope_theta" in params:
+        theta = number("rope_theta", within=params, where="rope_parameters.")
+    else:
+        theta = number("rope_theta", 10000.0)
+    params.pop("rope_theta", None)
     merged = {**scaling, **params}
     rope_type = merged.pop("rope_type", merged.pop("type", "default"))
     if rope_type not in SUPPORTED_ROPE_TYPES:
@@ -61,38 +137,35 @@ def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaC
     rope_scaling = None
     if rope_type != "default":
         merged.pop("partial_rotary_factor", None)
+        for key in _ROPE_KEYS.get(rope_type, ()):
+            number(key, within=merged, where="rope_parameters." if key in params or not scaling else "rope_scaling.")
         rope_scaling = tuple(sorted({"rope_type": rope_type, **merged}.items()))
-    if float(hf.get("partial_rotary_factor", 1.0) or 1.0) != 1.0:
+    if number("partial_rotary_factor", 1.0) != 1.0:
         fail("partial_rotary_factor", "is not 1.0; partial RoPE is not supported")
 
-    def _int(v, default):
-        if isinstance(v, list):
-            return int(v[0]) if v else default
-        return default if v is None else int(v)
-
-    n_heads = int(hf["num_attention_heads"])
+    n_heads = integer("num_attention_heads")
     cfg = dict(
-        vocab_size=int(hf["vocab_size"]),
-        hidden_size=int(hf["hidden_size"]),
-        intermediate_size=int(hf["intermediate_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
+        vocab_size=integer("vocab_size"),
+        hidden_size=integer("hidden_size"),
+        intermediate_size=integer("intermediate_size"),
+        num_layers=integer("num_hidden_layers"),
         num_heads=n_heads,
-        num_kv_heads=int(hf.get("num_key_value_heads") or n_heads),
-        head_dim=hf.get("head_dim"),
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(theta),
+        num_kv_heads=integer("num_key_value_heads", n_heads),
+        head_dim=integer("head_dim", None),
+        rms_norm_eps=number("rms_norm_eps", 1e-6),
+        rope_theta=theta,
         rope_scaling=rope_scaling,
-        max_position_embeddings=int(hf.get("max_position_embeddings", 4096)),
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        bos_token_id=_int(hf.get("bos_token_id"), 1),
-        eos_token_id=_int(hf.get("eos_token_id"), 2),
+        max_position_embeddings=integer("max_position_embeddings", 4096),
+        tie_word_embeddings=flag("tie_word_embeddings", False),
+        bos_token_id=token_id("bos_token_id", 1),
+        eos_token_id=token_id("eos_token_id", 2),
     )
-    if cfg["head_dim"] is not None and int(cfg["head_dim"]) == cfg["hidden_size"] // n_heads:
+    if cfg["head_dim"] is not None and cfg["head_dim"] == cfg["hidden_size"] // n_heads:
         cfg["head_dim"] = None
     cfg.update(overrides)
     try:
         return LlamaConfig(**cfg)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         raise HFFormatError(f"{source}: {e}") from None
 
 
@@ -268,7 +341,13 @@ def read_hf_config(path: str | Path, **overrides) -> LlamaConfig:
     file = path / "config.json"
     if not file.is_file():
         raise HFFormatError(f"{path}: no config.json")
-    return config_from_hf(json.loads(file.read_text()), source=str(file), **overrides)
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise HFFormatError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except UnicodeDecodeError as e:
+        raise HFFormatError(f"{file}: not UTF-8 text (byte {e.start}); expected a JSON config") from None
+    return config_from_hf(data, source=str(file), **overrides)
 
 
 def load_hf_params(path: str | Path, cfg: LlamaConfig, dtype=np.float32) -> dict:

@@ -1,6 +1,7 @@
 """HF <-> easylemur converters, judged by transformers, orbax, safetensors and AutoTokenizer."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,27 @@ def _run(argv, capsys=None):
     rc = convert.main([str(a) for a in argv])
     err = capsys.readouterr().err if capsys else ""
     return rc, err
+
+
+def _one_line_error(err: str) -> str:
+    """The CLI's error: exactly one line `error: ...` on stderr, no traceback."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def _snapshot(d: Path) -> dict:
+    """Every file under d (relative path -> bytes), symlinks as their targets, and the folders."""
+    snap = {}
+    for p in sorted(d.rglob("*")):
+        rel = str(p.relative_to(d))
+        snap[rel] = ("link", str(p.readlink())) if p.is_symlink() else p.read_bytes() if p.is_file() else "dir"
+    return snap
+
+
+def _leftovers(d: Path) -> list:
+    """Staging or moved-aside directories a conversion left beside d."""
+    return sorted(p.name for p in d.parent.iterdir() if p.name.startswith(d.name + "."))
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +165,7 @@ def test_orbax_internals_for_streaming_save():
 def test_public_orbax_fallback_writes_the_same_checkpoint(hf_model, converted, tmp_path, monkeypatch, capsys):
     _, src = hf_model
 
-    def gone():
+    def gone(*args):
         raise convert.OrbaxInternalsMissing("orbax.checkpoint.StandardCheckpointHandler()._impl")
 
     monkeypatch.setattr(convert, "lazy_array_params_handler", gone)
@@ -192,23 +214,187 @@ def test_bf16_source_stays_bf16_and_round_trips(tmp_path):
     np.testing.assert_array_equal(np.asarray(p32["norm"]["scale"]), np.asarray(params["norm"]["scale"]).astype(np.float32))
 
 
-def test_float16_export_and_overflow_refusal(converted, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """(HF dir, its checkpoint) of a model with one value beyond float16's 65504, in layer 1:
+    a float16 conversion of it fails for real, mid-way, after the tensors before that one."""
+    d = tmp_path_factory.mktemp("big")
+    model = make_hf_model(vocab_size=VOCAB)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[3, 5] = 7e4
+    model.save_pretrained(d / "hf")
+    shutil.copyfile(DEFAULT_TOKENIZER_PATH, d / "hf" / "tokenizer.model")
+    assert _run(["from-hf", "--hf", d / "hf", "--out", d / "ck"])[0] == 0
+    return d / "hf", d / "ck"
+
+
+def test_float16_export_and_overflow_refusal(converted, big, tmp_path, capsys):
     ok = tmp_path / "fp16"
     assert _run(["to-hf", "--checkpoint", converted, "--out", ok, "--dtype", "float16"], capsys)[0] == 0
     assert all(t.dtype == np.float16 for t in _tensors(ok).values())
 
-    # a value beyond float16's 65504 in one tensor
-    model = make_hf_model(vocab_size=VOCAB)
-    with torch.no_grad():
-        model.model.layers[1].mlp.down_proj.weight[3, 5] = 7e4
-    model.save_pretrained(tmp_path / "big")
-    assert _run(["from-hf", "--hf", tmp_path / "big", "--out", tmp_path / "bigck"], capsys)[0] == 0
     bad = tmp_path / "bad"
-    rc, err = _run(["to-hf", "--checkpoint", tmp_path / "bigck", "--out", bad, "--dtype", "float16"], capsys)
+    rc, err = _run(["to-hf", "--checkpoint", big[1], "--out", bad, "--dtype", "float16"], capsys)
     assert rc == 2
-    assert "model.layers.1.mlp.down_proj.weight" in err and "70000" in err and "float16" in err
-    assert not list(bad.glob("*.safetensors*")), "a refused export must leave no shards behind"
-    assert _run(["to-hf", "--checkpoint", tmp_path / "bigck", "--out", bad, "--dtype", "bfloat16"], capsys)[0] == 0
+    line = _one_line_error(err)
+    assert "model.layers.1.mlp.down_proj.weight" in line and "70000" in line and "--dtype bfloat16" in line
+    assert not bad.exists() and _leftovers(bad) == [], "a refused export leaves nothing behind"
+    assert _run(["to-hf", "--checkpoint", big[1], "--out", bad, "--dtype", "bfloat16"], capsys)[0] == 0
+
+
+# ----------------------------------------------------------------------------- outputs never destroy
+
+
+@pytest.fixture
+def other_model_dir(tmp_path, llama2_like_spm):
+    """An HF directory holding another model (pytorch_model.bin, its config, a sentencepiece and
+    a fast tokenizer) next to files of the user's that belong to no model."""
+    d = tmp_path / "out"
+    other = make_hf_model(seed=7, vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=3)
+    other.config.save_pretrained(d)
+    torch.save(other.state_dict(), d / "pytorch_model.bin")
+    shutil.copyfile(llama2_like_spm, d / "tokenizer.model")
+    (d / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')
+    (d / "README.md").write_text("# my notes about this model\n")
+    (d / "eval").mkdir()
+    (d / "eval" / "results.json").write_text('{"acc": 0.5}')
+    os.chmod(d, 0o750)
+    return d
+
+
+def test_to_hf_refuses_a_directory_holding_another_model(converted, other_model_dir, capsys):
+    before = _snapshot(other_model_dir)
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--out", other_model_dir], capsys)
+    assert rc == 2
+    line = _one_line_error(err)
+    assert str(other_model_dir) in line and "not empty" in line and "--force" in line
+    assert "pytorch_model.bin" in line and "config.json" in line and "tokenizer.model" in line
+    assert _snapshot(other_model_dir) == before and _leftovers(other_model_dir) == []
+
+
+def test_to_hf_force_leaves_exactly_one_model(hf_model, converted, other_model_dir, capsys):
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    model, _ = hf_model
+    before = _snapshot(other_model_dir)
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--out", other_model_dir, "--dtype", "float32", "--force"], capsys)
+    assert rc == 0, err
+    new = {"config.json", "generation_config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json",
+           "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}
+    assert {p.name for p in other_model_dir.iterdir()} == new | {"README.md", "eval"}
+    # the old model's files are gone and named; the user's files are kept as they were
+    removed = next(line for line in err.splitlines() if line.startswith("--force: removed"))
+    assert "pytorch_model.bin" in removed and "tokenizer.json" in removed
+    assert any(line.startswith("--force: replaced") and "config.json" in line for line in err.splitlines())
+    after = _snapshot(other_model_dir)
+    assert {k: after[k] for k in ("README.md", "eval", "eval/results.json")} == \
+        {k: before[k] for k in ("README.md", "eval", "eval/results.json")}
+    assert os.stat(other_model_dir).st_mode & 0o777 == 0o750 and _leftovers(other_model_dir) == []
+    # one model: transformers loads it and gets the converted model's logits; the tokenizer is the new one
+    ids = _ids(1, 16)
+    reloaded = LlamaForCausalLM.from_pretrained(other_model_dir, dtype=torch.float32)
+    assert np.array_equal(hf_logits(reloaded, ids), hf_logits(model, ids))
+    ours = Tokenizer.load(DEFAULT_TOKENIZER_PATH)
+    text = "def f(x):\n    return x  # <|im_end|>"
+    assert AutoTokenizer.from_pretrained(other_model_dir)(text, add_special_tokens=False)["input_ids"] == ours.encode(text)
+
+
+def test_failed_export_leaves_the_previous_one_byte_identical(big, tmp_path, capsys):
+    """A real failure mid-export (a tensor float16 cannot hold, after several shards are
+    written) leaves the previous export exactly as it was and nothing beside it."""
+    _, ck = big
+    out = tmp_path / "export"
+    assert _run(["to-hf", "--checkpoint", ck, "--out", out, "--dtype", "bfloat16"], capsys)[0] == 0
+    before = _snapshot(out)
+    rc, err = _run(["to-hf", "--checkpoint", ck, "--out", out, "--dtype", "float16", "--max-shard-size", "100KB",
+                    "--force"], capsys)
+    assert rc == 2 and "model.layers.1.mlp.down_proj.weight" in _one_line_error(err)
+    assert _snapshot(out) == before and _leftovers(out) == []
+
+
+def test_failed_swap_puts_the_previous_export_back(converted, tmp_path, monkeypatch, capsys):
+    """The OS refusing the rename that puts the new export in place (the second of the two)
+    leaves the previous export under its name, and no staging directory."""
+    out = tmp_path / "export"
+    assert _run(["to-hf", "--checkpoint", converted, "--out", out], capsys)[0] == 0
+    before = _snapshot(out)
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if Path(dst) == out and ".incomplete-" in Path(src).name:
+            raise OSError(28, "No space left on device")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(convert.os, "rename", rename)
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--out", out, "--dtype", "float32", "--force"], capsys)
+    assert rc == 1 and "No space left" in _one_line_error(err)
+    assert _snapshot(out) == before and _leftovers(out) == []
+
+
+def test_interrupted_swap_is_named_on_the_next_run(converted, tmp_path, capsys):
+    """What a crash between the two renames of --force leaves (no OUT, the previous export in
+    OUT.previous-*, the new one in OUT.incomplete-*) is named, with what to do, by the next run."""
+    out = tmp_path / "export"
+    assert _run(["to-hf", "--checkpoint", converted, "--out", out], capsys)[0] == 0
+    out.rename(tmp_path / "export.previous-abc123")
+    (tmp_path / "export.incomplete-def456").mkdir()
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--out", tmp_path / "other"], capsys)
+    assert rc == 0 and "export." not in err  # only leftovers of the same name are reported
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--out", out], capsys)
+    assert rc == 0
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert any("export.previous-abc123" in n and "interrupted --force" in n for n in notes), err
+    assert any("export.incomplete-def456" in n and "interrupted" in n for n in notes), err
+
+
+def test_to_hf_never_writes_into_a_workdir_or_its_checkpoint(converted, tmp_path, capsys):
+    before = _snapshot(converted)
+    for out in (converted, converted / "checkpoints"):
+        rc, err = _run(["to-hf", "--checkpoint", converted, "--out", out, "--force"], capsys)
+        assert rc == 2 and str(out) in _one_line_error(err)
+    other = tmp_path / "wd"
+    shutil.copytree(converted, other)
+    rc, err = _run(["to-hf", "--checkpoint", converted, "--out", other, "--force"], capsys)
+    assert rc == 2 and "checkpoints" in _one_line_error(err)
+    assert _snapshot(converted) == before
+
+
+def test_from_hf_force_never_replaces_a_training_run(hf_model, converted, tmp_path, capsys):
+    _, src = hf_model
+    wd = tmp_path / "wd"
+    shutil.copytree(converted, wd)
+    # a training run's step holds optimizer state beside params and meta
+    shutil.copytree(wd / "checkpoints/0/params", wd / "checkpoints/0/opt_state")
+    (wd / "metrics.jsonl").write_text('{"step": 1, "loss": 8.0}\n')
+    before = _snapshot(wd)
+    rc, err = _run(["from-hf", "--hf", src, "--out", wd, "--force"], capsys)
+    assert rc == 2
+    line = _one_line_error(err)
+    assert str(wd) in line and "optimizer state" in line and "training run" in line
+    assert _snapshot(wd) == before and _leftovers(wd / "checkpoints") == []
+
+
+def test_from_hf_force_replaces_an_earlier_conversion_only_once_complete(big, converted, tmp_path, capsys):
+    hf_dir, _ = big
+    out = tmp_path / "ck"
+    shutil.copytree(converted, out)
+    (out / "notes.txt").write_text("mine")
+    before = _snapshot(out)
+    # fails mid-way (the float16 overflow in layer 1): the earlier conversion is untouched
+    rc, err = _run(["from-hf", "--hf", hf_dir, "--out", out, "--force", "--param-dtype", "float16"], capsys)
+    assert rc == 2
+    line = _one_line_error(err)
+    assert "model.layers.1.mlp.down_proj.weight" in line and "--param-dtype bfloat16" in line
+    assert _snapshot(out) == before and _leftovers(out / "checkpoints") == [] and _leftovers(out) == []
+    # succeeds: replaced, and the other file in --out kept
+    rc, err = _run(["from-hf", "--hf", hf_dir, "--out", out, "--force", "--param-dtype", "bfloat16"], capsys)
+    assert rc == 0, err
+    assert checkpoint.read_meta(out).model_config.param_dtype == "bfloat16"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["0"]
+    # a conversion into a new directory that fails leaves no directory under that name
+    rc, _ = _run(["from-hf", "--hf", hf_dir, "--out", tmp_path / "new", "--param-dtype", "float16"], capsys)
+    assert rc == 2 and not (tmp_path / "new").exists() and _leftovers(tmp_path / "new") == []
 
 
 def test_sharded_safetensors_input_via_subprocess(tmp_path):
@@ -362,6 +548,35 @@ def test_error_not_llama(hf_copy, tmp_path, capsys):
     assert rc == 2 and "model_type" in err and "mistral" in err and "llama" in err
 
 
+@pytest.mark.parametrize("change, field, expected", [
+    ({"hidden_size": None}, "hidden_size", "is missing; expected a positive integer"),
+    ({"num_hidden_layers": "2"}, "num_hidden_layers", "is '2'; expected a positive integer"),
+    ({"vocab_size": 0}, "vocab_size", "is 0; expected a positive integer"),
+    ({"tie_word_embeddings": "false"}, "tie_word_embeddings", "is 'false'; expected true or false"),
+    ({"rms_norm_eps": [1e-5]}, "rms_norm_eps", "expected a number"),
+    ({"rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}}, "rope_parameters.low_freq_factor",
+     "is missing; expected a number"),
+])
+def test_error_config_field_missing_or_malformed(hf_copy, tmp_path, capsys, change, field, expected):
+    cfg = json.loads((hf_copy / "config.json").read_text())
+    cfg.update(change)
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    (hf_copy / "config.json").write_text(json.dumps(cfg))
+    rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
+    assert rc == 2
+    line = _one_line_error(err)
+    assert line.startswith(f"error: {hf_copy / 'config.json'}: {field} ") and expected in line, line
+    assert not (tmp_path / "ck").exists()
+
+
+def test_error_config_not_json(hf_copy, tmp_path, capsys):
+    (hf_copy / "config.json").write_text('{"model_type": "llama",\n "hidden_size": 64,,}')
+    rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
+    assert rc == 2
+    line = _one_line_error(err)
+    assert str(hf_copy / "config.json") in line and "not valid JSON" in line and "line 2" in line
+
+
 def test_error_unsupported_rope_type(hf_copy, tmp_path, capsys):
     _edit_config(hf_copy, rope_parameters={"rope_theta": 1e4, "rope_type": "yarn", "factor": 2.0})
     rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
@@ -411,6 +626,17 @@ def test_existing_output_needs_force(hf_model, converted, capsys):
     _, src = hf_model
     rc, err = _run(["from-hf", "--hf", src, "--out", converted], capsys)
     assert rc == 2 and "--force" in err and "steps 0" in err
+
+
+def test_cli_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
+    """Through the real entry point: stderr is the one line, exit 2; --debug adds the traceback."""
+    argv = [sys.executable, "-m", "easylemur.convert", "to-hf", "--checkpoint", str(tmp_path / "nowhere"),
+            "--out", str(tmp_path / "o")]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and "nowhere" in _one_line_error(p.stderr) and p.stdout == ""
+    p = subprocess.run(argv + ["--debug"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" in p.stderr and p.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert not (tmp_path / "o").exists()
 
 
 def test_help_for_each_subcommand():

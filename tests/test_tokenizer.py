@@ -151,7 +151,47 @@ def test_extend_cli(tmp_path, llama2_like_spm):
     assert rep["vocab_size"] == rep["old_vocab_size"] + 2
     r = subprocess.run([sys.executable, "-m", "easylemur.tokenizer", "extend", "--model", str(tmp_path / "nope"),
                         "--out", str(tmp_path / "y.model")], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode != 0 and "nope" in r.stderr
+    assert r.returncode == 2 and r.stderr.strip() == f"error: --model {tmp_path / 'nope'}: no such file; expected a " \
+        "sentencepiece .model file"
+    assert not (tmp_path / "y.model").exists()
+
+
+def _cli(argv, capsys) -> tuple[int, str, str]:
+    from easylemur.tokenizer import main
+
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _one_line_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_cli_errors_are_one_line_with_the_exit_code(tmp_path, llama2_like_spm, capsys):
+    junk = tmp_path / "junk.model"
+    junk.write_text("not a model")
+    # bad input: exit 2, naming the file or value
+    for argv, named in [
+        (["info", "--model", tmp_path / "nope.model"], "nope.model"),
+        (["info", "--model", junk], "not a sentencepiece model"),
+        (["extend", "--model", junk, "--out", tmp_path / "x.model"], str(junk)),
+        (["extend", "--model", llama2_like_spm, "--out", tmp_path], "is a directory"),
+        (["extend", "--model", llama2_like_spm, "--out", tmp_path / "x.model", "--tokens", "<a b>"], "'<a b>'"),
+    ]:
+        rc, _, err = _cli(argv, capsys)
+        assert rc == 2 and named in _one_line_error(err), (argv, err)
+    assert not (tmp_path / "x.model").exists()
+    # a failed run (the OS refuses the write): exit 1, the OS's message naming the path
+    rc, _, err = _cli(["extend", "--model", llama2_like_spm, "--out", junk / "x.model"], capsys)
+    assert rc == 1 and str(junk) in _one_line_error(err)
+    # --debug: the traceback, then the same line
+    rc, _, err = _cli(["info", "--model", junk, "--debug"], capsys)
+    assert rc == 2 and "Traceback" in err and err.strip().splitlines()[-1].startswith("error: --model")
+    rc, out, err = _cli(["info"], capsys)
+    assert rc == 0 and err == "" and json.loads(out)["vocab_size"] == 4096
 
 
 # --- HF parity over many strings, for the shipped model and a Llama-2-style (dummy-prefix) one --
