@@ -60,7 +60,7 @@ def default_config() -> ConfigDict:
     # independent data streams making up each global batch (0: one per process); fix it to
     # keep the batches identical when the number of hosts changes
     c.data.shards = 0
-    c.data.prefetch = 2  # grain worker processes for the pipeline (0: in-process)
+    c.data.prefetch = 2  # batches built ahead in a thread, tokenizer threads per source (0: none); same data for any value
     c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see data.sources
     c.data.eval_sources = ConfigDict()  # same shape; held-out data for eval loss (optional)
 
