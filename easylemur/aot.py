@@ -15,6 +15,8 @@ import re
 import sys
 from typing import Any, Optional, Sequence
 
+from easylemur.errors import InputError, add_debug_flag, run_cli
+
 # Usable HBM per device as XLA reports it (bytes), for when the compile succeeds and so
 # reports no capacity of its own. v4: 15.25 GiB per device as compiled for v4:4x8x8.
 _HBM = {"v4": 15.25 * 2**30, "v5e": 15.75 * 2**30, "v5 lite": 15.75 * 2**30, "v5p": 95.74 * 2**30, "v6e": 31.25 * 2**30, "v6 lite": 31.25 * 2**30}
@@ -113,17 +115,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     parser.add_argument("--config", required=True, help="a configs/*.py file")
     parser.add_argument("--topology", required=True, help="e.g. v4:4x8x8, v5e:2x2, v5p:2x2x2")
+    add_debug_flag(parser)
     args, cfg = cli_config(parser, argv)
     try:
         result = compile_for_topology(cfg, args.topology)
+    except InputError:
+        raise
     except Exception as e:
         if "topology" in str(e).lower() or "libtpu" in str(e).lower() or "tpu" in type(e).__name__.lower():
-            print(f"error: cannot compile for topology {args.topology!r}: {e}", file=sys.stderr)
-            return 2
+            raise InputError(f"cannot compile for topology {args.topology!r}: {e}") from e
         raise
     print(json.dumps(result), flush=True)
     return 0 if result["fits"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

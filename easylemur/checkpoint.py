@@ -6,28 +6,38 @@ leaves a checkpoint that looks whole):
   params/     the parameter pytree (orbax StandardSave), in the layout meta.model says
               (scan_layers: stacked `layers`, else `layers_{i}`)
   opt_state/  optimizer state (absent in parameter-only checkpoints such as from-hf output)
-  meta/       JSON (written by `make_meta` alone, read by `read_meta`/`read_latest`): step,
-              model (LlamaConfig fields), tokenizer (base64 sentencepiece model or null); a
-              run's also rng, data_state (every data stream's iterator state, its per-source
-              token counters included), nan_skips and the run config; from-hf's: source
-(docs/design.md, "Checkpoint layout").
+  meta/       JSON (written by `make_meta` alone, read by `read_meta`/`read_step`): step,
+              model (LlamaConfig fields), tokenizer (base64 sentencepiece model or null) and
+              its sha256, checksums (a fingerprint per array, added by `save`); a run's also
+              rng, data_state (every data stream's iterator state, its per-source token
+              counters included), nan_skips and the run config; from-hf's: source
+(docs/design.md, "Checkpoint layout", "Checkpoint integrity").
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import dataclasses
+import functools
 import hashlib
+import json
+import logging
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from easylemur.errors import InputError
+from easylemur.errors import InputError, RunError, brief
+from easylemur.fingerprint import array_fingerprint, tree_fingerprints
 from easylemur.models.llama import LlamaConfig, param_specs
 from easylemur.models.stacking import unscan_params
 
@@ -69,32 +79,92 @@ def tokenizer_to_json(path: str | Path | None) -> Optional[str]:
     return None if path is None else base64.b64encode(Path(path).read_bytes()).decode()
 
 
-def tokenizer_from_json(blob: Optional[str]) -> Optional[Path]:
-    """Writes the embedded sentencepiece model to a content-addressed temp file."""
+def _sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _private_dir() -> Path:
+    """A directory of this process's own (mkdtemp: mode 0700, an unpredictable name), removed at
+    exit. Nothing easylemur reads back comes from a shared, predictable temp path: a file planted
+    there by someone else is never used."""
+    d = Path(tempfile.mkdtemp(prefix="easylemur-"))
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def tokenizer_from_json(blob: Optional[str], sha256: Optional[str] = None, where: str = "checkpoint") -> Optional[Path]:
+    """The embedded sentencepiece model as a file in this process's private directory, checked
+    against the sha256 its checkpoint recorded (a mismatch is an error naming both hashes)."""
     if not blob:
         return None
     raw = base64.b64decode(blob)
-    path = Path(tempfile.gettempdir()) / f"easylemur-tok-{hashlib.sha256(raw).hexdigest()[:16]}.model"
-    if not path.exists():
-        # a private temp name per writer: several processes on one host may race here
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
+    digest = _sha256(raw)
+    if sha256 and digest != sha256:
+        raise CheckpointError(f"{where}: the embedded tokenizer has sha256 {digest}, but the checkpoint recorded "
+                              f"{sha256}; the checkpoint's meta is damaged")
+    path = _private_dir() / f"tokenizer-{digest}.model"
+    if not path.exists():  # written once per process; only this process can write here
+        with open(path, "xb") as f:
             f.write(raw)
-        os.replace(tmp, path)
     return path
 
 
 def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | None, **extra: Any) -> dict:
     """The one writer of a checkpoint's `meta` item: step, model config, embedded tokenizer,
     plus what the caller adds (a run: rng, data_state, nan_skips, config; from-hf: source)."""
-    return {"step": step, "model": model_config_to_json(model_cfg), "tokenizer": tokenizer_to_json(tokenizer_path), **extra}
+    blob = tokenizer_to_json(tokenizer_path)
+    return {"step": step, "model": model_config_to_json(model_cfg), "tokenizer": blob,
+            "tokenizer_sha256": _sha256(base64.b64decode(blob)) if blob else None, **extra}
+
+
+class CheckpointSaveError(RunError):
+    """A save that failed (disk full, permissions, a bucket error); older checkpoints are intact."""
 
 
 def save(mngr: ocp.CheckpointManager, step: int, params: Any, meta: dict, opt_state: Any = None, force: bool = False) -> bool:
-    items = {"params": ocp.args.StandardSave(params), "meta": ocp.args.JsonSave(meta)}
-    if opt_state is not None:
-        items["opt_state"] = ocp.args.StandardSave(opt_state)
-    return mngr.save(step, args=ocp.args.Composite(**items), force=force)
+    """Saves one step (asynchronously when the manager is async), with the fingerprint of every
+    array in its meta (computed on device before the save starts: docs/design.md, "Checkpoint
+    integrity"). A failure now, or one of an earlier async save, is a CheckpointSaveError."""
+    check_save_errors(mngr)
+    trees = {"params": params} if opt_state is None else {"params": params, "opt_state": opt_state}
+    meta = {**meta, "checksums": {name: tree_fingerprints(tree) for name, tree in trees.items()}}
+    items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
+    try:
+        return mngr.save(step, args=ocp.args.Composite(meta=ocp.args.JsonSave(meta), **items), force=force)
+    except Exception as e:
+        raise CheckpointSaveError(_save_failure(mngr, e)) from e
+
+
+def check_save_errors(mngr: ocp.CheckpointManager, wait: bool = False) -> None:
+    """Raises CheckpointSaveError when an async save has failed (`wait`: after waiting for the
+    saves in flight). Cheap: the train loop calls it every step, so a failed save stops the run
+    right after it fails, not at the next save."""
+    try:
+        mngr.wait_until_finished() if wait else mngr.check_for_errors()
+    except Exception as e:
+        raise CheckpointSaveError(_save_failure(mngr, e)) from e
+
+
+def _save_failure(mngr: ocp.CheckpointManager, e: BaseException) -> str:
+    """One line: where, the root cause (the OS's words where the writer reports an OS error),
+    and which step is safe. (A failure of an async save surfaces at a later call, so the step
+    being saved then is not necessarily the one that failed: the directory is named.)"""
+    cause = e
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+    text = brief(cause, 200)
+    code = re.search(r"os_error_code='?(\d+)", str(cause))  # tensorstore's way of carrying errno
+    if isinstance(cause, OSError) and cause.errno:
+        text = f"{os.strerror(cause.errno)} [errno {cause.errno}] ({text})"
+    elif code:
+        text = f"{os.strerror(int(code.group(1)))} [errno {code.group(1)}] ({text})"
+    # orbax's write tasks still hold the same error; asyncio would dump each of them at exit,
+    # after (and burying) the one line that reports it
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    newest = mngr.all_steps()
+    return (f"saving a checkpoint in {as_path(mngr.directory)} failed: {text}; "
+            + (f"the newest complete checkpoint is step {max(newest)}" if newest else "no checkpoint was saved"))
 
 
 def save_run(mngr: ocp.CheckpointManager, step: int, state: dict, model_cfg: LlamaConfig, tokenizer_path: str | Path,
@@ -121,7 +191,7 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params: Any, abstra
 
 @dataclasses.dataclass(frozen=True)
 class Saved:
-    """One checkpoint step and its meta, read once: what `read_meta` returns."""
+    """One checkpoint step and its meta, read once: what `read_meta` and `read_step` return."""
 
     directory: epath.Path  # the checkpoints/ directory
     step: int
@@ -137,15 +207,43 @@ class Saved:
 
     def tokenizer_path(self) -> Optional[Path]:
         """The embedded sentencepiece model as a file, or None when the checkpoint has none."""
-        return tokenizer_from_json(self.meta.get("tokenizer"))
+        return tokenizer_from_json(self.meta.get("tokenizer"), self.meta.get("tokenizer_sha256"), str(self.path))
 
 
-def read_latest(mngr: ocp.CheckpointManager) -> Optional[Saved]:
-    """The newest complete checkpoint of a manager's directory and its meta, or None."""
-    step = mngr.latest_step()
-    if step is None:
-        return None
+def read_step(mngr: ocp.CheckpointManager, step: int) -> Saved:
+    """One step of a manager's directory and its meta."""
     return Saved(as_path(mngr.directory), step, restore_meta(mngr, step))
+
+
+def verify_restored(saved: Saved, trees: dict[str, Any]) -> None:
+    """Checks restored (device) arrays against the fingerprints the step recorded at save time;
+    a mismatch is a CheckpointError naming the array. Steps saved without fingerprints (older
+    easylemur, or `convert from-hf`) pass unchecked."""
+    recorded = saved.meta.get("checksums") or {}
+    for item, tree in trees.items():
+        if item in recorded:
+            _compare(saved.path / item, recorded[item], tree_fingerprints(tree))
+
+
+def _compare(where: Any, recorded: dict[str, str], found: dict[str, str]) -> None:
+    for name in sorted(set(recorded) | set(found)):
+        if recorded.get(name) != found.get(name):
+            what = "missing" if name not in found else "not recorded" if name not in recorded else \
+                f"checksum {found[name]}, recorded {recorded[name]}"
+            raise CheckpointError(f"{where}: array {name}: {what}")
+
+
+def move_aside(mngr: ocp.CheckpointManager, step: int) -> epath.Path:
+    """Renames a damaged step out of the manager's sight (kept for inspection, never deleted),
+    so that the run can save that step again; returns the new path."""
+    src = as_path(mngr.directory) / str(step)
+    dst = src.parent / f"{step}.damaged"
+    n = 1
+    while dst.exists():
+        n += 1
+        dst = src.parent / f"{step}.damaged{n}"
+    src.rename(dst)
+    return dst
 
 
 def read_meta(path: str | Path, step: int | None = None) -> Saved:
@@ -223,3 +321,133 @@ def save_params(out: str | Path, cfg: LlamaConfig, params: Any, tokenizer_path: 
     mngr.wait_until_finished()
     mngr.close()
     return as_path(out) / "checkpoints" / "0"
+
+
+# ----------------------------------------------------------------------------- reading and verifying on disk
+
+
+class ItemReader:
+    """Reads an orbax item directory (a step's `params/` or `opt_state/`) one array at a time,
+    straight from its on-disk layout with tensorstore: no devices, no model-sized host."""
+
+    def __init__(self, item_dir: str | Path):
+        self.dir = as_path(item_dir)
+        md_file = self.dir / "_METADATA"
+        if not md_file.is_file():
+            raise CheckpointError(f"{self.dir}: no _METADATA; not an orbax item")
+        md = json.loads(md_file.read_text())
+        self._ocdbt = bool(md.get("use_ocdbt", True))
+        self._driver = "zarr3" if md.get("use_zarr3") else "zarr"
+        # leaf name ('/'-joined keys, as fingerprint.leaf_name) -> orbax's stored keys
+        self.keys = {"/".join(k["key"] for k in v["key_metadata"]): tuple(k["key"] for k in v["key_metadata"])
+                     for v in md["tree_metadata"].values()
+                     if not v.get("value_metadata", {}).get("skip_deserialize")}
+        self._ctx = None
+
+    def open(self, name: str):
+        """The tensorstore of one array, by leaf name (read lazily, e.g. `[i].read()`)."""
+        import tensorstore as ts
+
+        if self._ctx is None:  # no chunk cache: each array is read once
+            self._ctx = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
+        stored = ".".join(self.keys[name])
+        base = str(self.dir) if "://" in str(self.dir) else f"file://{self.dir}"
+        kv = {"driver": "ocdbt", "base": base, "path": stored} if self._ocdbt else \
+            {"driver": "file", "path": str(self.dir / stored)}
+        return ts.open({"driver": self._driver, "kvstore": kv}, open=True, read=True, context=self._ctx).result()
+
+    def read(self, name: str) -> np.ndarray:
+        return np.asarray(self.open(name).read().result())
+
+
+def verify_step(directory: str | Path, step: int) -> str:
+    """Reads every array of one step from disk and checks it against the recorded fingerprints;
+    returns a one-line verdict, raises CheckpointError naming what is damaged."""
+    path = as_path(directory) / str(step)
+    mngr = manager(directory, async_save=False)
+    try:
+        meta = restore_meta(mngr, step)
+    except Exception as e:
+        raise CheckpointError(f"{path}/meta: unreadable: {brief(e)}") from e
+    finally:
+        mngr.close()
+    recorded = meta.get("checksums") or {}
+    n = 0
+    for item in ("params", "opt_state"):
+        if not (path / item).is_dir():
+            if item == "params" or item in recorded:
+                raise CheckpointError(f"{path / item}: missing")
+            continue
+        reader = ItemReader(path / item)
+        found = {}
+        for name in reader.keys:
+            try:
+                found[name] = array_fingerprint(reader.read(name))
+            except Exception as e:
+                raise CheckpointError(f"{path / item}: array {name} unreadable: {brief(e)}") from e
+        if item in recorded:
+            _compare(path / item, recorded[item], found)
+            n += len(found)
+    return f"ok ({n} arrays match their checksums)" if recorded else "readable (saved without checksums)"
+
+
+def last_good(mngr: ocp.CheckpointManager) -> str:
+    """A sentence naming the newest checkpoint of `mngr` that exists and verifies (read back
+    from disk), or saying there is none; for messages that tell the user what is safe."""
+    with contextlib.suppress(Exception):
+        mngr.wait_until_finished()
+    directory = as_path(mngr.directory)
+    for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            verify_step(directory, step)
+        except CheckpointError:
+            continue
+        return f"The last good state is checkpoint step {step} ({directory / str(step)}, verified)."
+    return f"There is no usable checkpoint in {directory} yet."
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+    import sys
+
+    from easylemur.errors import add_debug_flag
+
+    ap = argparse.ArgumentParser(prog="python -m easylemur.checkpoint",
+                                 description="Checks the checkpoints of an easylemur workdir.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("verify", help="read every array of every step and check it against its recorded checksum")
+    v.add_argument("path", help="an easylemur workdir, its checkpoints/ directory, or one step directory")
+    v.add_argument("--step", type=int, default=None, help="only this step")
+    add_debug_flag(v)
+    args = ap.parse_args(argv)
+    path = as_path(args.path)
+    if path.name.isdigit() and (path / "meta").exists():
+        directory, steps = path.parent, [int(path.name)]
+    else:
+        directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        if not directory.is_dir():
+            raise CheckpointError(f"{path}: not an easylemur workdir or checkpoints directory")
+        steps = sorted((int(p.name) for p in directory.iterdir() if p.name.isdigit()), reverse=True)
+        if args.step is not None:
+            steps = [s for s in steps if s == args.step]
+        if not steps:
+            raise CheckpointError(f"{directory}: no checkpoint steps" + (f" (step {args.step})" if args.step is not None else ""))
+    bad = 0
+    for step in steps:
+        try:
+            print(f"step {step}: {verify_step(directory, step)}", flush=True)
+        except CheckpointError as e:
+            bad += 1
+            print(f"step {step}: DAMAGED: {e}", flush=True)
+    if bad:
+        print(f"error: {bad} of {len(steps)} steps in {directory} are damaged", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from easylemur.errors import run_cli
+
+    sys.exit(run_cli(main))

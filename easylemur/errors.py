@@ -58,6 +58,13 @@ def run_cli(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Seque
         return EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
 
 
+def brief(e: BaseException, limit: int = 240) -> str:
+    """A cause inside a larger message: the error's type and the start of its text, one line."""
+    text = " ".join(str(e).split())
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return text if isinstance(e, (InputError, RunError)) else f"{type(e).__name__}: {text}"
+
+
 def one_line(e: BaseException) -> str:
     """The error as one line: ours and the OS's as they are (they name the file or key), any
     other as a bug in easylemur, with its type."""

@@ -164,14 +164,13 @@ class StepLogger:
     only process 0 writes."""
 
     def __init__(self, cfg: Any, writer: MetricsWriter, model_cfg: LlamaConfig, lr_schedule: Callable,
-                 source_names: Sequence[str], *, start_step: int, nan_skips: int, checkpoint_dir: Any):
+                 source_names: Sequence[str], *, start_step: int, nan_skips: int):
         self.cfg, self.writer, self.lr_schedule = cfg, writer, lr_schedule
         self.names = list(source_names)
         self.tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
         self.flops_per_token = flops_per_token(model_cfg, cfg.data.seq_len)
         self.peak, self.peak_how = peak_flops()
         self.nan_skips = nan_skips
-        self.checkpoint_dir = checkpoint_dir
         self.pending: Optional[tuple] = None  # (step, device metrics, token counts after it)
         self.window_t: Optional[float] = None
         self.window_steps = 0
@@ -197,8 +196,8 @@ class StepLogger:
         if not bool(m["finite"]):
             if self.cfg.train.nan_policy == "stop":
                 raise TrainingError(
-                    f"step {step}: loss is {float(m['loss'])}, grad norm {float(m['grad_norm'])}; stopping. The step "
-                    f"was not applied; the newest checkpoint in {self.checkpoint_dir} is the last good state."
+                    f"step {step}: loss is {float(m['loss'])}, grad norm {float(m['grad_norm'])}; stopping "
+                    "(train.nan_policy=stop). The step was not applied."
                 )
             self.nan_skips += 1
             print(f"step {step}: non-finite loss, step skipped ({self.nan_skips} so far)", flush=True)

@@ -170,6 +170,19 @@ def process_sum(x: np.ndarray) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x)).sum(axis=0)
 
 
+def all_processes_agree(ok: bool) -> bool:
+    """True on every process when `ok` is true on every process (a collective: all call it)."""
+    return not process_sum(np.array([0 if ok else 1], np.int64))[0]
+
+
+def sync_processes(name: str) -> None:
+    """Waits until every process reaches the barrier `name` (nothing to do for one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def initialize_distributed(
     coordinator_address: str = "", num_processes: int = 0, process_id: int = -1
 ) -> None:

@@ -14,6 +14,7 @@ counters, for each of the three ways a run begins (docs/design.md, "Checkpoint l
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,8 +25,10 @@ from ml_collections import ConfigDict
 
 from easylemur import checkpoint, hf
 from easylemur.config import ConfigError, model_config
+from easylemur.errors import brief
 from easylemur.models.llama import LlamaConfig, init_params, param_shardings
 from easylemur.models.stacking import scan_params, unscan_params
+from easylemur.sharding import all_processes_agree, sync_processes
 from easylemur.step import TrainStep, build_train_step
 from easylemur.tokenizer import Tokenizer
 from easylemur.vocab import extend_vocab
@@ -140,17 +143,49 @@ def resolve_run(cfg: ConfigDict, resume: Optional[checkpoint.Saved] = None) -> R
 
 
 def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
-    """The run's starting point: resumed from `mngr`'s newest checkpoint when there is one
-    (bit for bit: params, optimizer state, data position, counters), else a new start."""
-    resume = checkpoint.read_latest(mngr)
-    spec = resolve_run(cfg, resume)
-    ts = build_train_step(cfg, spec.model_cfg, mesh)
-    if resume is not None:
-        abstract = ts.state_abstract
-        params, opt_state = checkpoint.restore(mngr, resume.step, abstract["params"], abstract["opt_state"])
-        print(f"resumed from {resume.path}", flush=True)
-        return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, resume.step,
+    """The run's starting point: resumed from `mngr`'s newest checkpoint that restores and
+    verifies (bit for bit: params, optimizer state, data position, counters), else a new start.
+
+    A newer step that cannot be read or does not match its recorded checksums is moved aside
+    (`checkpoints/<step>.damaged`) with a message saying why, and the step before it is tried
+    (docs/design.md, "Checkpoint integrity"). Checkpoints none of which restores are an error,
+    never a silent fresh start."""
+    skipped = []
+    for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            resume = checkpoint.read_step(mngr, step)
+        except Exception as e:  # a missing or unreadable meta item: the step is damaged
+            resume, error = None, e
+        if resume is not None:
+            spec = resolve_run(cfg, resume)
+            ts = build_train_step(cfg, spec.model_cfg, mesh)
+            try:
+                params, opt_state = checkpoint.restore(mngr, step, ts.state_abstract["params"],
+                                                       ts.state_abstract["opt_state"])
+                checkpoint.verify_restored(resume, {"params": params, "opt_state": opt_state})
+                error = None
+            except Exception as e:  # truncated or missing files, a checksum that does not match
+                error = e
+        if not all_processes_agree(error is None):
+            reason = brief(error) if error else "another host could not restore it"
+            skipped.append(f"step {step}: {reason}")
+            if jax.process_index() == 0:
+                moved = checkpoint.move_aside(mngr, step)
+                print(f"checkpoint step {step} is damaged ({reason}); moved it to {moved}", flush=True)
+            sync_processes(f"move_aside_{step}")
+            mngr.reload()
+            continue
+        print(f"resumed from {resume.path}" + (f" (newer damaged steps skipped: {len(skipped)})" if skipped else ""),
+              flush=True)
+        warn_changed_data(cfg, resume)
+        return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, step,
                    resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)))
+    if skipped:
+        raise checkpoint.CheckpointError(
+            f"{mngr.directory}: no checkpoint restores ({'; '.join(skipped)}); the damaged steps were moved "
+            "aside: remove them to start over, or restore a copy")
+    spec = resolve_run(cfg, None)
+    ts = build_train_step(cfg, spec.model_cfg, mesh)
     params = initial_params(cfg, spec, mesh)
     if spec.model_cfg.vocab_size > spec.start_cfg.vocab_size:
         # grown on device, new rows the mean of the old (docs/design.md, "Tokenizer")
@@ -160,6 +195,33 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
               flush=True)
     opt_state = jax.jit(ts.tx.init, out_shardings=ts.state_shardings["opt_state"])(params)
     return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0)
+
+
+# What decides the order of the data: a resumed run that changes one of these continues, but
+# its batches are not the ones the original run would have seen.
+DATA_ORDER_KEYS = ("seed", "train.batch_size", "data.seq_len", "data.shards", "data.sources")
+
+
+def warn_changed_data(cfg: ConfigDict, resume: checkpoint.Saved) -> None:
+    """Says which data-order settings differ from the checkpoint's run config, if any."""
+    saved = resume.meta.get("config")
+    if not saved or jax.process_index() != 0:
+        return
+    now = cfg.to_dict()
+    changed = []
+    for key in DATA_ORDER_KEYS:
+        a, b = _get(saved, key), _get(now, key)
+        if a != b:
+            changed.append(f"{key} {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}")
+    if changed:
+        print(f"warning: resuming step {resume.step} with changed data settings ({'; '.join(changed)}): the data "
+              "order differs from the original run's from here on", flush=True)
+
+
+def _get(d: dict, dotted: str) -> Any:
+    for k in dotted.split("."):
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
 
 
 def put_global(host_tree: Any, shardings: Any) -> Any:

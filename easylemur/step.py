@@ -18,6 +18,7 @@ import optax
 from ml_collections import ConfigDict
 
 from easylemur import sharding
+from easylemur.config import ConfigError
 from easylemur.data import batch as batch_layout
 from easylemur.loss import head_loss_sum
 from easylemur.models.llama import Llama, LlamaConfig, param_shardings, param_specs
@@ -145,9 +146,28 @@ class TrainStep:
         return self.fn.lower(self.state_abstract, batch_layout.abstract(batch_size, seq_len, mesh))
 
 
+def check_run_shape(cfg: ConfigDict, model_cfg: LlamaConfig, mesh) -> None:
+    """The batch and row shape the step can take, checked before anything is compiled: every
+    micro-batch's rows split evenly over the mesh's batch axes, and rows fit the positions the
+    model was trained for (raise model.max_position_embeddings, with model.rope_scaling, to
+    train longer rows on purpose)."""
+    rows = mesh.shape["data"] * mesh.shape["fsdp"]
+    B, n = cfg.train.batch_size, cfg.train.grad_accum
+    if B % (n * rows):
+        raise ConfigError(
+            f"train.batch_size={B} with train.grad_accum={n} gives micro-batches of {B / n:g} rows, which the mesh's "
+            f"batch axes (data x fsdp = {rows} devices) do not divide; use a batch size that is a multiple of {n * rows}")
+    if cfg.data.seq_len > model_cfg.max_position_embeddings:
+        raise ConfigError(
+            f"data.seq_len={cfg.data.seq_len} is longer than the model's max_position_embeddings="
+            f"{model_cfg.max_position_embeddings}; shorten the rows, or set model.max_position_embeddings (with "
+            "model.rope_scaling for a model trained shorter) to train longer rows on purpose")
+
+
 def build_train_step(cfg: ConfigDict, model_cfg: LlamaConfig, mesh) -> TrainStep:
     """The one builder of the train step for a run config and its resolved model config: `train`
     runs it, `aot` compiles it, so both see the same program."""
+    check_run_shape(cfg, model_cfg, mesh)
     tx, lr_schedule = make_optimizer(cfg.optimizer, cfg.train.steps)
     param_sh = param_shardings(model_cfg, mesh)
     shapes, _ = param_specs(model_cfg)

@@ -48,3 +48,15 @@ def llama2_like_spm(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("spm") / "llama2_like.model"
     path.write_bytes(proto.getvalue())
     return path
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory) -> Path:
+    """The workdir of one uninterrupted small training run (train_run.REFERENCE: 30 steps, a
+    checkpoint every 6, the last two kept), which the resume tests compare against. Treat it
+    as read-only: copy it before resuming or damaging it."""
+    from train_run import REFERENCE, run
+
+    workdir = tmp_path_factory.mktemp("reference") / "run"
+    run(workdir, REFERENCE)
+    return workdir

@@ -1,13 +1,12 @@
 """The train loop: exact resume after SIGKILL, mesh and multi-process equivalence, gradient
-accumulation, metrics and TensorBoard, config errors, NaN guard."""
+accumulation, metrics and TensorBoard, config errors, NaN guard. (Run safety beyond SIGKILL:
+tests/test_run_safety.py.)"""
 
 import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,49 +20,17 @@ from easylemur.loss import token_loss_sum
 from easylemur.models.llama import PRESETS, init_params
 from easylemur.optim import make_optimizer
 from easylemur.step import make_train_step
-
-ROOT = Path(__file__).resolve().parents[1]
-SMALL = [
-    "model.hidden_size=64", "model.intermediate_size=128", "model.num_layers=2", "model.num_heads=4",
-    "model.num_kv_heads=2", "model.dtype=float32", "data.seq_len=64", "train.batch_size=8", "data.prefetch=0",
-    "optimizer.warmup_steps=2", "log.every=1",
-]
+from train_run import REFERENCE, ROOT, cmd, env, free_port, losses, main, run
 
 
-def _env(devices: int) -> dict:
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
-    return env
 
-
-def _cmd(workdir, overrides, config="configs/tiny_pretrain.py"):
-    return [sys.executable, "-m", "easylemur.train", "--config", config, f"--config.workdir={workdir}",
-            *[f"--config.{o}" for o in SMALL + list(overrides)]]
-
-
-def _run(workdir, overrides=(), devices=1, config="configs/tiny_pretrain.py", check=True):
-    p = subprocess.run(_cmd(workdir, overrides, config), cwd=ROOT, env=_env(devices), capture_output=True, text=True, timeout=600)
-    if check and p.returncode != 0:
-        raise AssertionError(f"train failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    return p
-
-
-def _losses(workdir) -> dict[int, float]:
-    rows = [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-    steps = [r["step"] for r in rows]
-    assert len(steps) == len(set(steps)), f"duplicate steps in metrics.jsonl: {steps}"
-    return {r["step"]: r["loss"] for r in rows}
-
-
-def test_sigkill_resume_is_bit_exact(tmp_path):
-    steps = ["train.steps=30", "checkpoint.every=6"]
-    _run(tmp_path / "whole", steps)
-    whole = _losses(tmp_path / "whole")
+def test_sigkill_resume_is_bit_exact(tmp_path, reference_run):
+    steps = REFERENCE
+    whole = losses(reference_run)
     assert sorted(whole) == list(range(1, 31))
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_cmd(killed, steps), cwd=ROOT, env=_env(1), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd(killed, steps), cwd=ROOT, env=env(1), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (killed / "checkpoints" / "12").is_dir():
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -71,46 +38,40 @@ def test_sigkill_resume_is_bit_exact(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
-    p = _run(killed, steps)
+    p = run(killed, steps)
     assert "resumed from" in p.stdout
-    resumed = _losses(killed)
+    resumed = losses(killed)
     assert sorted(resumed) == list(range(1, 31))
     assert resumed == whole  # bit for bit, float32 on CPU
 
 
 def test_mesh_222_matches_one_device(tmp_path):
     o = ["train.steps=5", "checkpoint.every=100"]
-    _run(tmp_path / "one", o, devices=1)
-    _run(tmp_path / "eight", o + ["mesh=data:2,fsdp:2,tensor:2"], devices=8)
-    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "eight")
+    run(tmp_path / "one", o, devices=1)
+    run(tmp_path / "eight", o + ["mesh=data:2,fsdp:2,tensor:2"], devices=8)
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "eight")
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5]
     # different reduction orders only: stated tolerance 1e-5 relative
     for s in a:
         assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), (s, a[s], b[s])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     o = ["train.steps=4", "checkpoint.every=2", "data.shards=2"]
-    _run(tmp_path / "single", o, devices=2)
-    port = _free_port()
+    run(tmp_path / "single", o, devices=2)
+    port = free_port()
     procs = [
         subprocess.Popen(
-            _cmd(tmp_path / "multi", o + [f"distributed.coordinator_address=127.0.0.1:{port}",
+            cmd(tmp_path / "multi", o + [f"distributed.coordinator_address=127.0.0.1:{port}",
                                           "distributed.num_processes=2", f"distributed.process_id={i}"]),
-            cwd=ROOT, env=_env(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT, env=env(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for i in range(2)
     ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
-    a, b = _losses(tmp_path / "single"), _losses(tmp_path / "multi")
+    a, b = losses(tmp_path / "single"), losses(tmp_path / "multi")
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     for s in a:
         assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), (s, a[s], b[s])
@@ -180,7 +141,7 @@ def test_chat_loss_reaches_only_assistant_tokens(tmp_path):
 
 def test_metrics_fields_eval_and_tensorboard(tmp_path):
     w = tmp_path / "run"
-    _run(w, ["train.steps=4", "checkpoint.every=100", "eval.every=2", "eval.batches=2",
+    run(w, ["train.steps=4", "checkpoint.every=100", "eval.every=2", "eval.batches=2",
              "log.every=2"] , config=str(_eval_config(tmp_path)))
     rows = [json.loads(l) for l in (w / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2, 4]
@@ -215,28 +176,21 @@ def _eval_config(tmp_path) -> Path:
     return f
 
 
-def _main(capsys, workdir, overrides):
-    """The train CLI in-process (its `main`), on the test session's 8 CPU devices."""
-    from easylemur.train import main
-
-    rc = main(["--config", "configs/tiny_pretrain.py", f"--config.workdir={workdir}",
-               *[f"--config.{o}" for o in SMALL + list(overrides)]])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 def test_unknown_config_key_fails_with_its_name(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        _main(capsys, tmp_path / "x", ["train.stepz=3"])
+        main(capsys, tmp_path / "x", ["train.stepz=3"])
     assert e.value.code == 2 and "train.stepz" in capsys.readouterr().err
 
 
 def test_nan_loss_stops_with_message(tmp_path, capsys):
-    rc, out, err = _main(capsys, tmp_path / "nan", ["train.steps=6", "checkpoint.every=2", "optimizer.lr=1e30",
-                                                     "optimizer.clip_norm=0.0", "optimizer.warmup_steps=0",
-                                                     "optimizer.schedule=constant"])
+    rc, out, err = main(capsys, tmp_path / "nan", ["train.steps=6", "checkpoint.every=1", "optimizer.lr=1e30",
+                                                    "optimizer.clip_norm=0.0", "optimizer.warmup_steps=0",
+                                                    "optimizer.schedule=constant"])
     assert rc == 1, out[-2000:] + err[-2000:]
-    assert "stopping" in err and "last good state" in err
+    # one line: the non-finite step, and the newest checkpoint that exists and verifies
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: step 2: ") and "stopping" in line, err[-2000:]
+    assert f"The last good state is checkpoint step 1 ({tmp_path / 'nan' / 'checkpoints' / '1'}, verified)" in line
 
 
 def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
@@ -250,14 +204,14 @@ def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
     assert convert.main(["from-hf", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ckpt")]) in (0, None)
     o = ["train.steps=2", "checkpoint.every=100", f"init.from={tmp_path / 'ckpt'}", "train.extend_vocab=true"]
     # a source without a tokenizer is an error, not a silent switch to the shipped one
-    p = _run(tmp_path / "no_tok", o, check=False)
-    assert p.returncode == 1 and "set data.tokenizer" in p.stderr, p.stderr[-2000:]
+    p = run(tmp_path / "no_tok", o, check=False)
+    assert p.returncode == 2 and "set data.tokenizer" in p.stderr, p.stderr[-2000:]
     o.append(f"data.tokenizer={ROOT / 'tokenizer/easylemur_bpe.model'}")
     runs = {}
     for scan in ("false", "true"):
-        p = _run(tmp_path / f"scan_{scan}", o + [f"model.scan_layers={scan}"])
+        p = run(tmp_path / f"scan_{scan}", o + [f"model.scan_layers={scan}"])
         assert "vocabulary grown from 4000 to 4096" in p.stdout
-        runs[scan] = _losses(tmp_path / f"scan_{scan}")
+        runs[scan] = losses(tmp_path / f"scan_{scan}")
     for s in (1, 2):
         assert abs(runs["false"][s] - runs["true"][s]) <= 1e-5 * runs["false"][s]
 
@@ -279,11 +233,11 @@ def test_explicit_model_keys_apply_over_init_from(tmp_path):
 
 @pytest.mark.slow
 def test_tensor_axis_across_processes_is_refused(tmp_path):
-    port = _free_port()
+    port = free_port()
     o = ["train.steps=2", "mesh=data:1,fsdp:1,tensor:2", f"distributed.coordinator_address=127.0.0.1:{port}",
          "distributed.num_processes=2"]
-    procs = [subprocess.Popen(_cmd(tmp_path / "w", o + [f"distributed.process_id={i}"]), cwd=ROOT, env=_env(1),
+    procs = [subprocess.Popen(cmd(tmp_path / "w", o + [f"distributed.process_id={i}"]), cwd=ROOT, env=env(1),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [1, 1], outs
+    assert [p.returncode for p in procs] == [2, 2], outs
     assert all("keep the tensor axis within a host" in out for out in outs)
