@@ -3,8 +3,9 @@ mixture, 90B tokens, sequence packing, one TPU v4-512 pod (256 chips, 512 device
 reports v4 megacores in this topology: `v4:4x8x8`).
 
 Known from the paper: base model, mixture ratio, token budget, pod. Every other value is an
-assumption, marked ASSUMED. Convert the weights first:
-    python -m easylemur.convert from-hf --hf /path/Llama-2-70b-hf --out gs://.../llama2-70b
+assumption, marked ASSUMED. Convert the weights first (to a local or shared disk: the
+converters write local directories), then point init.from at the result:
+    python -m easylemur.convert from-hf --hf /path/Llama-2-70b-hf --out checkpoints/llama2-70b
 """
 
 from ml_collections import ConfigDict
