@@ -1,6 +1,7 @@
 """The grain pipeline: packing, weighted mixing, exact resumable state (across data.prefetch
 values), process shares, mesh."""
 
+import gc
 import json
 import threading
 from pathlib import Path
@@ -202,18 +203,24 @@ def test_state_of_another_chain_is_a_data_error(tok):
             it.set_state(state)
 
 
-def test_close_ends_every_thread(tok):
+@pytest.mark.parametrize("how", ["close", "dropped"])
+def test_no_thread_outlives_the_iterator(tok, how):
     before = set(threading.enumerate())
     it = make_pipeline(_three_sources(2), tok, global_batch_size=8, seed=7)
     _batches(it, 3)
     started = set(threading.enumerate()) - before
     assert started  # the prefetch thread and the read threads ran
-    it.close()
+    if how == "close":
+        it.close()
+        it.close()  # idempotent
+        with pytest.raises(DataError, match="closed"):
+            next(it)
+    else:  # never closed: collecting it ends its threads too
+        del it
+        gc.collect()
     for t in started:
         t.join(timeout=60)  # a bound for a hung thread, not a timing check
     assert not [t.name for t in started if t.is_alive()]
-    with pytest.raises(DataError, match="closed"):
-        next(it)
 
 
 def test_process_shares_disjoint_and_complete(tok, tmp_path):

@@ -11,6 +11,7 @@ processes of easylemur before that (`mp_prefetch`) is refused with a one-line Da
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any, Mapping
 
 import grain
@@ -19,6 +20,11 @@ import numpy as np
 from easylemur.data.sources import DataError
 
 SHOW_FIRST_BAD = 5  # per source: file:line printed to stderr for the first few bad records
+
+
+def _close_held(held: list) -> None:
+    while held:
+        held.pop().close()
 
 
 def multiprocess_workers(grain_state: Any) -> int:
@@ -41,7 +47,12 @@ class DataIterator:
 
     def __init__(self, ds: grain.IterDataset, source_names: list[str], mesh: Any, pad_id: int):
         self._ds = ds
-        self._it = ds.__iter__()
+        # The grain iterator lives in a list the finalizer empties: closed and released when this
+        # object is collected or, if it never is, at interpreter exit while the modules grain's
+        # cleanup needs still exist (grain's own __del__ would run after they are gone and print
+        # errors).
+        self._held = [ds.__iter__()]
+        self._closer = weakref.finalize(self, _close_held, self._held)
         self.source_names = source_names
         self.mesh = mesh
         self.pad_id = pad_id
@@ -133,7 +144,7 @@ class DataIterator:
             raise DataError(
                 f"the checkpoint's data position was saved by {workers} data worker processes of an older "
                 f"easylemur (data.prefetch={workers}), each reading its own slice of the data; it cannot carry "
-                "over to this version, whose batches do not depend on data.prefetch: resume with the version "
+                "over to this version, whose batches do not depend on data.prefetch: resume with the easylemur "
                 "that wrote it, or start a new workdir with init.from=<this checkpoint> (weights kept, "
                 "optimizer and data order new)"
             )
@@ -151,13 +162,14 @@ class DataIterator:
         self._shown = {n: int(state["shown"].get(n, 0)) for n in self.source_names}
         self._finished = False
 
+    @property
+    def _it(self) -> Any:
+        return self._held[0] if self._held else None
+
     def close(self) -> None:
-        """Stops the prefetch and read threads now (idempotent). The grain iterator is dropped
-        too: left to the end of the interpreter, its own cleanup would run after the modules
-        it needs are gone and print errors."""
-        it, self._it = self._it, None
-        if it is not None:
-            it.close()
+        """Stops the prefetch and read threads now and waits for the prefetch thread to end
+        (idempotent); the iterator cannot be used after it."""
+        self._closer()
 
     def __enter__(self) -> DataIterator:
         return self
