@@ -146,6 +146,9 @@ def test_missing_empty_and_unusable_sources_name_source_and_path(tok, tmp_path):
     blank = tmp_path / "blank.jsonl"
     blank.write_bytes(b"  \n\t\n")
     assert _data_error(tok, {"path": str(blank)}).startswith(f"source 's' ({blank}) has no usable record (2 records read")
+    not_parquet = tmp_path / "cut.parquet"
+    not_parquet.write_bytes(b"PAR1 and then nothing")
+    assert _data_error(tok, {"path": str(not_parquet)}).startswith(f"source 's': {not_parquet}: not a readable Parquet file")
 
 
 def _jsonl_bytes(n_docs: int) -> bytes:

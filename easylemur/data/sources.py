@@ -27,6 +27,7 @@ import glob as globlib
 import json
 import mmap
 import os
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,27 +308,37 @@ class ParquetSource:
                 raise DataError(f"{f}: not a readable Parquet file ({type(e).__name__}: {e})") from None
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._tables: dict[int, Any] = {}
+        self._load_lock = threading.Lock()  # read threads: each file loaded once, not once per thread
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_tables"] = {}
+        del state["_load_lock"]
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._load_lock = threading.Lock()
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
 
     def _table(self, fi: int):
         t = self._tables.get(fi)
-        if t is None:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+        if t is not None:
+            return t
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-            try:
-                schema = pq.read_schema(self.files[fi])
-                cols = None if self.columns is None else [c for c in self.columns if c in schema.names]
-                t = self._tables[fi] = pq.read_table(self.files[fi], columns=cols, memory_map=True)
-            except (pa.ArrowException, OSError) as e:  # a damaged column chunk shows only when decoded
-                raise DataError(f"{self.files[fi]}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+        with self._load_lock:
+            t = self._tables.get(fi)
+            if t is None:
+                try:
+                    schema = pq.read_schema(self.files[fi])
+                    cols = None if self.columns is None else [c for c in self.columns if c in schema.names]
+                    t = self._tables[fi] = pq.read_table(self.files[fi], columns=cols, memory_map=True)
+                except (pa.ArrowException, OSError) as e:  # a damaged column chunk shows only when decoded
+                    raise DataError(f"{self.files[fi]}: not a readable Parquet file ({type(e).__name__}: {e})") from None
         return t
 
     def __getitem__(self, index: int) -> tuple[str, Any]:
