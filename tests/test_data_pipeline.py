@@ -213,7 +213,7 @@ def test_no_thread_outlives_the_iterator(tok, how):
     if how == "close":
         it.close()
         it.close()  # idempotent
-        with pytest.raises(DataError, match="closed"):
+        with pytest.raises(RuntimeError, match="closed"):
             next(it)
     else:  # never closed: collecting it ends its threads too
         del it

@@ -66,7 +66,7 @@ class DataIterator:
 
     def __next__(self) -> dict[str, Any]:
         if self._it is None:
-            raise DataError("the data iterator was closed")
+            raise RuntimeError("the data iterator was closed")  # a bug in the caller, not bad data
         try:
             batch = next(self._it)
         except StopIteration:
@@ -126,7 +126,7 @@ class DataIterator:
     def get_state(self) -> dict[str, Any]:
         """The JSON-able state a checkpoint stores: grain's chain plus every counter."""
         if self._it is None:
-            raise DataError("the data iterator was closed; its state was not kept")
+            raise RuntimeError("the data iterator was closed; its state was not kept")
         return {"version": 1, "grain": self._it.get_state(), "bad": self.bad_records(),
                 "tokens": self.token_counts(), "shown": dict(self._shown), "sources": list(self.source_names)}
 
