@@ -34,6 +34,10 @@ RULES: tuple[tuple[str, Any], ...] = (
     # activations
     ("batch", ("data", "fsdp")),
     ("length", None),
+    # None, not "tensor": with the embedding of the residual stream split over `tensor`, XLA
+    # fuses the split into the projections' all-reduce as a reduce-scatter, which XLA:CPU
+    # (jax 0.10) miscompiles on a data x fsdp x tensor mesh (wrong rows; tests/test_sharding.py).
+    # Tensor-parallel runs keep their saved layer inputs small with model.remat=full_offload.
     ("act_embed", None),
     ("act_heads", "tensor"),
     ("act_kv_heads", "tensor"),

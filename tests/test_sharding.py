@@ -82,7 +82,14 @@ def test_scan_equals_unrolled():
     params = jax.device_get(init_params(CFG, jax.random.PRNGKey(1)))
     ids = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, 16)))
     ref = Llama(CFG).apply({"params": params}, ids)
-    for remat in ("none", "full"):
+    grads = {}
+    for remat in ("none", "full", "full_offload"):
         cfg = dataclasses.replace(CFG, scan_layers=True, remat=remat)
         out = Llama(cfg).apply({"params": scan_params(params, CFG.num_layers)}, ids)
         np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5 * np.abs(ref).max())
+        loss = lambda p, cfg=cfg: jnp.mean(Llama(cfg).apply({"params": p}, ids) ** 2)
+        grads[remat] = jax.grad(loss)(scan_params(params, CFG.num_layers))
+    # rematerialising (on the device or from host memory) recomputes the same backward
+    for remat in ("full", "full_offload"):
+        for a, b in zip(jax.tree.leaves(grads["none"]), jax.tree.leaves(grads[remat])):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-7)

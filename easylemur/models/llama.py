@@ -31,7 +31,7 @@ from jax.sharding import Mesh
 from easylemur.sharding import RULES, constrain
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
-REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "save_attn_out")
+REMAT_POLICIES = ("none", "full", "full_offload", "dots", "dots_no_batch", "save_attn_out")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +295,8 @@ class Dense(nn.Module):
     dtype: Any
     param_dtype: Any
     out_dtype: Any = None  # default: dtype
+    # the dtype the weight gradient is written in (see `low_precision_matmul`)
+    weight_grad_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
@@ -308,36 +310,48 @@ class Dense(nn.Module):
             y = jax.lax.dot_general(x, kernel, ((lhs, rhs), ((), ())), preferred_element_type=jnp.float32)
             return y.astype(out_dtype)
         lead, n_in = x.shape[: x.ndim - self.contract], math.prod(in_shape)
-        y = low_precision_matmul(x.reshape(-1, n_in), kernel.reshape(n_in, -1), jnp.dtype(out_dtype))
+        y = low_precision_matmul(x.reshape(-1, n_in), kernel.reshape(n_in, -1), jnp.dtype(out_dtype),
+                                 jnp.dtype(self.weight_grad_dtype))
         return y.reshape(*lead, *self.features)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def low_precision_matmul(x: jax.Array, k: jax.Array, out_dtype) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def low_precision_matmul(x: jax.Array, k: jax.Array, out_dtype, weight_grad_dtype=jnp.float32) -> jax.Array:
     """[M, I] @ [I, O] in the inputs' low precision with float32 accumulation, forward AND
     backward: plain autodiff would hand the float32-accumulated product's float32 cotangent to
-    the backward matmuls, which then run in float32 (half speed or worse) on converted copies."""
+    the backward matmuls, which then run in float32 (half speed or worse) on converted copies.
+
+    `weight_grad_dtype`: what the weight-gradient matmul writes. On TPU/GPU the compute dtype:
+    the MXU / tensor cores accumulate in float32 inside the matmul either way, and a bf16 result
+    halves the full-weight gradient buffer and the bytes its FSDP reduce-scatter moves (an
+    f32[8192, 28672] gradient of a 70B MLP matrix is 0.94 GB per device). On a CPU float32,
+    the fast path there, cast after the matmul."""
     return jax.lax.dot(x, k, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
-def _lpm_fwd(x, k, out_dtype):
-    return low_precision_matmul(x, k, out_dtype), (x, k)
+def _lpm_fwd(x, k, out_dtype, weight_grad_dtype):
+    return low_precision_matmul(x, k, out_dtype, weight_grad_dtype), (x, k)
 
 
-def _lpm_bwd(out_dtype, res, ct):
+def _lpm_bwd(out_dtype, weight_grad_dtype, res, ct):
     x, k = res
     ct = ct.astype(x.dtype)
     dx = jax.lax.dot_general(ct, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-    dk = jax.lax.dot_general(x, ct, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    dk = jax.lax.dot_general(x, ct, (((0,), (0,)), ((), ())), preferred_element_type=weight_grad_dtype)
     return dx.astype(x.dtype), dk.astype(k.dtype)
 
 
 low_precision_matmul.defvjp(_lpm_fwd, _lpm_bwd)
 
 
-def _dense(cfg: LlamaConfig, features: tuple, logical: tuple, name: str, contract: int = 1, out_dtype=None) -> Dense:
-    """A Dense in cfg's compute and parameter dtypes (a submodule of the module calling it)."""
-    return Dense(features, logical, contract, jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype), out_dtype, name=name)
+def _dense(cfg: LlamaConfig, mesh: Optional[Mesh], features: tuple, logical: tuple, name: str, contract: int = 1,
+           out_dtype=None) -> Dense:
+    """A Dense in cfg's compute and parameter dtypes (a submodule of the module calling it),
+    writing weight gradients in the compute dtype when the mesh is on TPU or GPU."""
+    accelerated = mesh is not None and mesh.devices.flat[0].platform in ("tpu", "gpu", "cuda", "rocm")
+    grad_dtype = jnp.dtype(cfg.dtype) if accelerated else jnp.float32
+    return Dense(features, logical, contract, jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype), out_dtype,
+                 grad_dtype, name=name)
 
 
 class Attention(nn.Module):
@@ -351,9 +365,9 @@ class Attention(nn.Module):
     def __call__(self, x, cos, sin, segment_ids, cache=None):
         cfg = self.cfg
         H, KV, hd = cfg.num_heads, cfg.num_kv_heads, cfg.hd
-        q = _dense(cfg, (H, hd), ("embed", "heads", "head_dim"), "q_proj")(x)
-        k = _dense(cfg, (KV, hd), ("embed", "kv_heads", "head_dim"), "k_proj")(x)
-        v = _dense(cfg, (KV, hd), ("embed", "kv_heads", "head_dim"), "v_proj")(x)
+        q = _dense(cfg, self.mesh, (H, hd), ("embed", "heads", "head_dim"), "q_proj")(x)
+        k = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "k_proj")(x)
+        v = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "v_proj")(x)
         q = constrain(apply_rope(q, cos, sin), ("batch", "length", "act_heads", None), self.mesh)
         k = constrain(apply_rope(k, cos, sin), ("batch", "length", "act_kv_heads", None), self.mesh)
         v = constrain(v, ("batch", "length", "act_kv_heads", None), self.mesh)
@@ -363,7 +377,7 @@ class Attention(nn.Module):
             block = cfg.attn_block_size if cfg.attention == "blockwise" else 0
             out = dot_product_attention(q, k, v, segment_ids, block_size=block)
         out = checkpoint_name(constrain(out, ("batch", "length", "act_heads", None), self.mesh), "attn_out")
-        y = _dense(cfg, (cfg.hidden_size,), ("heads", "head_dim", "embed"), "o_proj", contract=2)(out)
+        y = _dense(cfg, self.mesh, (cfg.hidden_size,), ("heads", "head_dim", "embed"), "o_proj", contract=2)(out)
         return y, cache
 
 
@@ -392,10 +406,10 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.cfg
-        gate = _dense(cfg, (cfg.intermediate_size,), ("embed", "mlp"), "gate_proj")(x)
-        up = _dense(cfg, (cfg.intermediate_size,), ("embed", "mlp"), "up_proj")(x)
+        gate = _dense(cfg, self.mesh, (cfg.intermediate_size,), ("embed", "mlp"), "gate_proj")(x)
+        up = _dense(cfg, self.mesh, (cfg.intermediate_size,), ("embed", "mlp"), "up_proj")(x)
         h = constrain(nn.silu(gate) * up, ("batch", "length", "act_mlp"), self.mesh)
-        return _dense(cfg, (cfg.hidden_size,), ("mlp", "embed"), "down_proj")(h)
+        return _dense(cfg, self.mesh, (cfg.hidden_size,), ("mlp", "embed"), "down_proj")(h)
 
 
 class Block(nn.Module):
@@ -408,6 +422,7 @@ class Block(nn.Module):
     def __call__(self, x, cos, sin, segment_ids, cache=None):
         cfg = self.cfg
         pdt = jnp.dtype(cfg.param_dtype)
+        x = checkpoint_name(x, "layer_input")  # what remat=full_offload moves to the host
         h, cache = Attention(cfg, self.mesh, name="self_attn")(
             RMSNorm(cfg.rms_norm_eps, pdt, name="input_layernorm")(x), cos, sin, segment_ids, cache
         )
@@ -418,7 +433,15 @@ class Block(nn.Module):
 
 
 def _remat_policy(name: str):
+    """What a rematerialised layer keeps for its backward. `full`: nothing but its input (the
+    scan's carry, one [B, T, d] per layer); `full_offload`: not even that on the device: the
+    layer inputs go to host memory and come back for the backward (TPU/GPU; the copies overlap
+    the layer's compute)."""
     cp = jax.checkpoint_policies
+    if name == "full_offload":
+        return cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=["layer_input"],
+            offload_src="device", offload_dst="pinned_host")
     return {
         "full": cp.nothing_saveable,
         "dots": cp.checkpoint_dots,
@@ -481,7 +504,7 @@ class Llama(nn.Module):
                 preferred_element_type=jnp.float32,
             )
         else:
-            logits = _dense(cfg, (cfg.vocab_size,), ("embed", "vocab"), "lm_head", out_dtype=jnp.float32)(x)
+            logits = _dense(cfg, self.mesh, (cfg.vocab_size,), ("embed", "vocab"), "lm_head", out_dtype=jnp.float32)(x)
         logits = constrain(logits, ("batch", "length", "act_vocab"), self.mesh)
         return (logits, new_cache) if cache is not None else logits
 
