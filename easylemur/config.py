@@ -50,7 +50,8 @@ def default_config() -> ConfigDict:
     c.mesh = "data:1,fsdp:-1,tensor:1"  # -1 takes the devices the other axes leave
 
     # model.preset names a shape in easylemur.models.llama.PRESETS; any other model.<field>
-    # overrides that LlamaConfig field (validated against the dataclass, see model_config()).
+    # overrides that LlamaConfig field (validated against the dataclass, see model_config()),
+    # e.g. model.attention: auto (default) | dense | blockwise | splash (docs/design.md, "Attention").
     c.model = ConfigDict({"preset": "tiny"})
 
     c.data = ConfigDict()
@@ -61,6 +62,9 @@ def default_config() -> ConfigDict:
     # keep the batches identical when the number of hosts changes
     c.data.shards = 0
     c.data.prefetch = 2  # batches built ahead in a thread, tokenizer threads per source (0: none); same data for any value
+    # True: train reads and tokenizes every record of data.sources before step 1 (the scan of
+    # `python -m easylemur.data stats`); with data.strict a bad record then fails it at start
+    c.data.preflight = False
     c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see data.sources
     c.data.eval_sources = ConfigDict()  # same shape; held-out data for eval loss (optional)
 
@@ -250,7 +254,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
 
 def validate(cfg: ConfigDict) -> None:
     """Checks values across the whole config (sources included); a bad one is named."""
-    model_config(cfg)  # raises on unknown model fields
+    model = model_config(cfg)  # raises on unknown model fields and bad values
+    if model.attention == "splash" and cfg.data.seq_len % 128:
+        # the kernel tiles rows in lanes of 128 (docs/design.md, "Attention")
+        raise ConfigError(f"model.attention='splash' needs data.seq_len to be a multiple of 128, got "
+                          f"{cfg.data.seq_len}; use model.attention=auto to fall back to pure JAX")
     _check_source_values(cfg.data.sources, "data.sources")
     _check_source_values(cfg.data.eval_sources, "data.eval_sources")
     for key in ("train.steps", "train.batch_size", "train.grad_accum", "checkpoint.every", "log.every",

@@ -21,6 +21,7 @@ from ml_collections import ConfigDict
 from easylemur import checkpoint, sharding
 from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
 from easylemur.data.shards import DataShards, eval_batches
+from easylemur.data.stats import preflight
 from easylemur.errors import add_debug_flag, run_cli
 from easylemur.lock import WorkdirLock
 from easylemur.metrics import MetricsWriter, StepLogger, TrainingError, due
@@ -46,6 +47,8 @@ def train(cfg: ConfigDict) -> dict:
         mngr = checkpoint.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
         run_scope.callback(mngr.close)
         run = restore_or_init(cfg, mesh, mngr)
+        if cfg.data.preflight:  # every record read before step 1 (docs/design.md, "Data stats")
+            preflight(cfg, run.tokenizer)
         if jax.process_index() == 0:
             (workdir / "config.json").write_text(to_json(cfg))
 

@@ -1,6 +1,7 @@
 """python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--debug] [--config.a.b=v ...]
+python -m easylemur.data stats --config CFG [--sample-records N] [--format text|json] [--workers N] [--debug] [--config.a.b=v ...]
 
-Shows what the model will see: the first N packed rows of the training mixture, built by the
+preview shows what the model will see: the first N packed rows of the training mixture, built by the
 same pipeline (same seed, batch size and seq_len) the train loop uses; data.prefetch does not
 change the rows.
 
@@ -10,6 +11,13 @@ and `trained_text` (decoded text of each run of trained tokens, special tokens w
 --format text: each row's segments decoded, trained spans between ⟦ and ⟧.
 Bad-record counts go to stderr. An error (a config key, a missing or corrupt data file) is one
 line on stderr, exit 2; --debug (or EASYLEMUR_DEBUG=1) shows the traceback.
+
+stats is the pre-flight report of the training mixture (easylemur.data.stats): per source its
+files, records, usable and bad records by kind (the first few with file:line), tokens and
+mean document length; then tokens per step and for train.steps, each source's share of the
+rows by weight and the epochs of it that implies, and warnings (a source repeating more than
+4 times or used under 1%). Tokens are counted exactly, or with --sample-records N estimated
+from about N records per source (marked as estimates). A progress bar goes to stderr.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from typing import Sequence
 from easylemur.errors import add_debug_flag
 
 USAGE = "python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--debug] [--config.KEY=VALUE ...]"
+STATS_USAGE = ("python -m easylemur.data stats --config CFG [--sample-records N] [--format text|json] [--workers N] "
+               "[--debug] [--config.KEY=VALUE ...]")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +44,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=4, help="number of rows to show (default 4)")
     p.add_argument("--format", choices=("json", "text"), default="json", help="output format (default json)")
     add_debug_flag(p)
+    s = sub.add_parser("stats", help="pre-flight report: records, bad records, tokens and epochs per source",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage=STATS_USAGE)
+    s.add_argument("--config", required=True, help="config file (configs/NAME.py)")
+    s.add_argument("--sample-records", type=int, default=None, metavar="N",
+                   help="tokenize about N records per source and estimate the rest (default: every record, exact)")
+    s.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    s.add_argument("--workers", type=int, default=0, metavar="N", help="scan threads (default: the core count, at most 32)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_debug_flag(s)
     return ap
 
 
@@ -116,11 +135,40 @@ def preview(config: str, overrides: list[str], rows: int, fmt: str, out=None) ->
     return 0
 
 
+def stats(config: str, overrides: list[str], sample_records: int | None, fmt: str, workers: int = 0,
+          progress: bool = True, out=None) -> int:
+    """The pre-flight report of `config`'s training mixture, as text or one JSON object."""
+    from easylemur.config import load_config
+    from easylemur.data import stats as statslib
+
+    out = out or sys.stdout
+    cfg = load_config(config, overrides)
+    tokenizer = _load_tokenizer(cfg)
+    seq_len = int(cfg.data.seq_len)
+    found = statslib.scan_sources(cfg.data.sources, tokenizer, seq_len, sample_records=sample_records,
+                                  workers=workers or None, progress=progress)
+    plan = statslib.run_plan(found, steps=cfg.train.steps, batch_size=cfg.train.batch_size, seq_len=seq_len)
+    rep = statslib.report(found, plan)
+    out.write(json.dumps(rep) + "\n" if fmt == "json" else statslib.format_text(rep))
+    out.flush()
+    return 0
+
+
 def _main(argv: Sequence[str] | None) -> int:
     from easylemur.config import parse_cli
     from easylemur.errors import InputError
 
     args, overrides = parse_cli(_parser(), argv)
+    if args.cmd == "stats":
+        if args.sample_records is not None and args.sample_records < 1:
+            raise InputError(f"--sample-records must be at least 1, got {args.sample_records}")
+        if args.workers < 0:
+            raise InputError(f"--workers must be 0 (the core count) or more, got {args.workers}")
+        try:
+            return stats(args.config, overrides, args.sample_records, args.format, args.workers,
+                         progress=not args.no_progress)
+        except BrokenPipeError:
+            return 0
     if args.rows < 1:
         raise InputError(f"--rows must be at least 1, got {args.rows}")
     try:
