@@ -139,8 +139,10 @@ class Decoder:
                 temperature, top_k, top_p):
             B, Plen = ids.shape
             cache = init_cache(cfg, B, Plen + shape.new_tokens)
-            cache = [{"k": constrain(c["k"], ("batch", "length", "act_kv_heads", None), mesh),
-                      "v": constrain(c["v"], ("batch", "length", "act_kv_heads", None), mesh),
+            # the k/v layout is init_cache's: [B, S, KV, hd], or heads-major [B, KV, S, hd]
+            kv = (("batch", "length", "act_kv_heads", None) if cache[0]["k"].shape[1] == Plen + shape.new_tokens
+                  else ("batch", "act_kv_heads", "length", None))
+            cache = [{"k": constrain(c["k"], kv, mesh), "v": constrain(c["v"], kv, mesh),
                       "seg": constrain(c["seg"], ("batch", "length"), mesh), "index": c["index"]} for c in cache]
             hidden, cache = net.apply({"params": params}, ids, positions, segments, cache=cache, return_hidden=True)
             logits = last_logits(params, hidden)
