@@ -12,7 +12,7 @@ def get_config() -> ConfigDict:
     c = ConfigDict()
     c.workdir = "runs/lemur_70b_chat"
     c.mesh = "data:1,fsdp:-1,tensor:1"
-    c.model = ConfigDict({"preset": "llama2_70b", "dtype": "bfloat16", "scan_layers": True, "remat": "full",
+    c.model = ConfigDict({"preset": "llama2_70b", "dtype": "bfloat16", "scan_layers": True, "remat": "full_offload",
                           "attention": "blockwise", "attn_block_size": 512})
     c.init = ConfigDict({"from": "runs/lemur_70b_pretrain"})  # parameters only, newest step
     c.data = ConfigDict()
@@ -20,8 +20,8 @@ def get_config() -> ConfigDict:
     c.data.sources = ConfigDict()
     c.data.sources.chat = ConfigDict({"path": "data/lemur/chat/*.jsonl", "weight": 1.0, "format": "chat"})
     c.train = ConfigDict({
-        "batch_size": 128,  # ASSUMED
-        "steps": 4700,  # ASSUMED: ~2 epochs of 300K conversations packed ~1.5 per 4096-token row
+        "batch_size": 256,  # ASSUMED: one 4096-token row per device of a v4-512 (256 devices)
+        "steps": 1600,  # ASSUMED: ~2 epochs of 300K conversations packed ~1.5 per 4096-token row
         "extend_vocab": True,
         "loss_chunk": 1024,  # add <|im_start|>/<|im_end|> if the tokenizer lacks them
     })
