@@ -14,3 +14,9 @@ if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; the
     { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
         || echo "setup_env: could not install bubblewrap (apt-get install -y bubblewrap); sandbox tests will be skipped" >&2
 fi
+# The linter of tpu_scripts/ and scripts/ (tests/test_tpu_scripts.py runs it).
+if ! command -v shellcheck >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=$([ "$(id -u)" = 0 ] || echo sudo -n)
+    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq shellcheck; } >/dev/null 2>&1 \
+        || echo "setup_env: could not install shellcheck (apt-get install -y shellcheck); the shellcheck test will be skipped" >&2
+fi

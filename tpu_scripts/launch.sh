@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs one command on every worker of a TPU VM, detached from the ssh session, one log per worker.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+
+USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--env KEY=VALUE ...] [--dir REMOTE_DIR]
+                 [--project PROJECT] [--dry-run] -- COMMAND [ARG ...]
+
+Starts COMMAND on every worker at once (gcloud compute tpus tpu-vm ssh --worker=all), in
+~/REMOTE_DIR with ~/REMOTE_DIR-venv/bin first on PATH (as setup.sh left them), under nohup and
+setsid: it keeps running when the ssh session ends. Each word of COMMAND reaches the worker
+exactly as given here (spaces, quotes, \$ and newlines included): nothing is expanded on the
+worker. Worker W appends its output to ~/REMOTE_DIR/logs/run.worker<W>.log (logs.sh shows it)
+and writes the run's pid to ~/REMOTE_DIR/logs/run.pid (status.sh, stop.sh). A worker whose
+previous run is still alive refuses to start another.
+
+  --name NAME        the TPU VM's name
+  --zone ZONE        its zone
+  --env KEY=VALUE    set an environment variable for COMMAND (repeatable)
+  --dir REMOTE_DIR   relative to the workers' home directory (default $REMOTE_DIR_DEFAULT)
+  --project PROJECT  the Google Cloud project (default: gcloud's configured one)
+  --dry-run          print the gcloud command, run nothing
+
+Example:
+  $SCRIPT --name lemur --zone us-central2-b -- python -m easylemur.train \\
+      --config configs/lemur_70b_pretrain.py --config.workdir=gs://BUCKET/lemur70b
+
+After a preemption, run the same launch.sh command on the recreated VM: the run resumes from
+the newest checkpoint in its (bucket) workdir."
+
+DIR=$REMOTE_DIR_DEFAULT
+ENVS=()
+
+while [ $# -gt 0 ]; do
+    common_flag "$@"
+    if [ "$USED" -gt 0 ]; then shift "$USED"; continue; fi
+    case "$1" in
+        --env) need_value "$1" "$#"; ENVS+=("$2"); shift 2 ;;
+        --env=*) ENVS+=("${1#*=}"); shift ;;
+        --dir) need_value "$1" "$#"; DIR=$2; shift 2 ;;
+        --dir=*) DIR=${1#*=}; shift ;;
+        -h | --help) usage_and_exit "$USAGE" ;;
+        --) shift; break ;;
+        *) die "unknown argument '$1' (the command to run goes after --; see --help)" ;;
+    esac
+done
+
+check_name
+check_zone
+check_project
+check_remote_dir "$DIR"
+[ $# -gt 0 ] || die "no command to run: give it after -- (e.g. -- python -m easylemur.train --config CFG)"
+for kv in ${ENVS[@]+"${ENVS[@]}"}; do
+    [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env '$kv' must look like KEY=VALUE (KEY: letters, digits, _)"
+done
+where_flags
+
+remote_command "$DIR" ${ENVS[@]+"${ENVS[@]}"} -- "$@"
+ssh_workers "$REMOTE"

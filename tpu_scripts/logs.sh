@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Shows one worker's log of the run launch.sh started.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+
+USAGE="Usage: $SCRIPT --name NAME --zone ZONE --worker I [--follow] [--lines N] [--dir REMOTE_DIR]
+               [--project PROJECT] [--dry-run]
+
+Prints the last N lines of worker I's log (~/REMOTE_DIR/logs/run.worker<I>.log); --follow
+keeps printing as it grows (Ctrl-C stops watching, not the run). Worker 0 is the one that
+writes metrics and prints the step lines.
+
+  --name NAME        the TPU VM's name
+  --zone ZONE        its zone
+  --worker I         the worker, 0 .. workers-1
+  --follow           follow the log (tail -F)
+  --lines N          lines to show (default 100)
+  --dir REMOTE_DIR   as given to launch.sh (default $REMOTE_DIR_DEFAULT)
+  --project PROJECT  the Google Cloud project (default: gcloud's configured one)
+  --dry-run          print the gcloud command, run nothing"
+
+DIR=$REMOTE_DIR_DEFAULT WORKER="" FOLLOW=0 LINES=100
+
+while [ $# -gt 0 ]; do
+    common_flag "$@"
+    if [ "$USED" -gt 0 ]; then shift "$USED"; continue; fi
+    case "$1" in
+        --worker) need_value "$1" "$#"; WORKER=$2; shift 2 ;;
+        --worker=*) WORKER=${1#*=}; shift ;;
+        --follow) FOLLOW=1; shift ;;
+        --lines) need_value "$1" "$#"; LINES=$2; shift 2 ;;
+        --lines=*) LINES=${1#*=}; shift ;;
+        --dir) need_value "$1" "$#"; DIR=$2; shift 2 ;;
+        --dir=*) DIR=${1#*=}; shift ;;
+        -h | --help) usage_and_exit "$USAGE" ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+
+check_name
+check_zone
+check_project
+check_remote_dir "$DIR"
+[ -n "$WORKER" ] || die "--worker is required (0 for the first worker)"
+[[ $WORKER =~ ^[0-9]+$ ]] || die "--worker '$WORKER' must be a worker number (0, 1, ...)"
+[[ $LINES =~ ^[0-9]+$ ]] || die "--lines '$LINES' must be a number of lines"
+where_flags
+
+TAIL="tail -n $LINES"
+if [ "$FOLLOW" = 1 ]; then TAIL+=" -F"; fi
+ssh_workers "cd $(q "$DIR") && $TAIL logs/run.worker$WORKER.log" "$WORKER"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Stops the run on every worker (it saves a checkpoint first), and with --delete the TPU VM too.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+
+USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--delete] [--queued] [--timeout SECONDS]
+               [--dir REMOTE_DIR] [--project PROJECT] [--dry-run]
+
+Sends SIGTERM to the run launch.sh started on every worker: easylemur finishes its step,
+saves a checkpoint, waits for it and exits (status 143); the same launch.sh command resumes
+it. Waits until every worker's run has ended (at most --timeout seconds, default 900).
+
+With --delete, then deletes the TPU VM (gcloud compute tpus tpu-vm delete), or with --queued
+its queued resource and the VM in it (gcloud compute tpus queued-resources delete --force).
+Workers that cannot be reached (a preempted VM) do not stop the deletion.
+
+  --name NAME        the TPU VM's name
+  --zone ZONE        its zone
+  --delete           delete the TPU VM after stopping the run
+  --queued           it was created with create.sh --queued (with --delete)
+  --timeout SECONDS  how long to wait for the runs to save and exit (default 900)
+  --dir REMOTE_DIR   as given to launch.sh (default $REMOTE_DIR_DEFAULT)
+  --project PROJECT  the Google Cloud project (default: gcloud's configured one)
+  --dry-run          print the gcloud commands, run nothing"
+
+DIR=$REMOTE_DIR_DEFAULT DELETE=0 QUEUED=0 TIMEOUT=900
+
+while [ $# -gt 0 ]; do
+    common_flag "$@"
+    if [ "$USED" -gt 0 ]; then shift "$USED"; continue; fi
+    case "$1" in
+        --delete) DELETE=1; shift ;;
+        --queued) QUEUED=1; shift ;;
+        --timeout) need_value "$1" "$#"; TIMEOUT=$2; shift 2 ;;
+        --timeout=*) TIMEOUT=${1#*=}; shift ;;
+        --dir) need_value "$1" "$#"; DIR=$2; shift 2 ;;
+        --dir=*) DIR=${1#*=}; shift ;;
+        -h | --help) usage_and_exit "$USAGE" ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+
+check_name
+check_zone
+check_project
+check_remote_dir "$DIR"
+[[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout '$TIMEOUT' must be a number of seconds"
+[ "$QUEUED" = 0 ] || [ "$DELETE" = 1 ] || die "--queued only matters with --delete"
+where_flags
+
+STOP="$WORKER_ID_SH; cd $(q "$DIR") 2>/dev/null && [ -f logs/run.pid ] && pid=\$(cat logs/run.pid) && kill -0 \"\$pid\" 2>/dev/null || { echo \"worker \$w: no run\"; exit 0; }
+kill -TERM -- \"-\$pid\" && echo \"worker \$w: SIGTERM sent to run \$pid, waiting for it to save and exit\"
+i=0; while kill -0 \"\$pid\" 2>/dev/null; do
+  if [ \$i -ge $TIMEOUT ]; then echo \"worker \$w: run \$pid still running after $TIMEOUT s\" >&2; exit 1; fi
+  sleep 1; i=\$((i + 1))
+done
+echo \"worker \$w: run \$pid ended\""
+
+if [ "$DELETE" = 0 ]; then
+    ssh_workers "$STOP"
+    exit 0
+fi
+ssh_workers "$STOP" || echo "$SCRIPT: could not stop the run on every worker; deleting anyway" >&2
+if [ "$QUEUED" = 1 ]; then
+    run gcloud compute tpus queued-resources delete "$NAME" "${WHERE[@]}" --force --quiet
+else
+    run gcloud compute tpus tpu-vm delete "$NAME" "${WHERE[@]}" --quiet
+fi
