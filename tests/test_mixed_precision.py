@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easylemur.models.llama import _attend, attention_mask, low_precision_matmul
+from easylemur.models.attention import _attend, attention_mask
+from easylemur.models.llama import low_precision_matmul
 
 
 def _rel(a, b):

@@ -2,8 +2,9 @@
 
 Numerics follow HF exactly (docs/design.md, "Numerics"): RMSNorm in float32 as `w * x * rsqrt(mean(x²)+eps)`,
 half-split RoPE with HF's inv_freq (theta and rope_scaling honoured), SwiGLU, grouped-query
-attention computed per kv-head group (repeated K/V is never materialised). Packed rows carry
-`segment_ids` and per-segment `positions`; attention never crosses a segment.
+attention (easylemur.models.attention: dense, blockwise or the splash kernel, per
+`LlamaConfig.attention`). Packed rows carry `segment_ids` and per-segment `positions`;
+attention never crosses a segment.
 
 Parameter tree (kernels are [in, out...], HF's Linear weights transposed):
   embed_tokens/embedding [V, d]
@@ -28,6 +29,8 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
+from easylemur.models.attention import IMPLS as ATTENTION_IMPLS
+from easylemur.models.attention import _attend, attention, attention_mask
 from easylemur.sharding import RULES, constrain
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
@@ -57,9 +60,11 @@ class LlamaConfig:
     param_dtype: str = "float32"
     scan_layers: bool = False
     remat: str = "none"  # one of REMAT_POLICIES
-    # "dense": one [T, T] score matrix per head; "blockwise": query blocks of attn_block_size,
-    # rematerialised, so the full score matrix never exists (long rows on TPU).
-    attention: str = "dense"
+    # one of ATTENTION_IMPLS (docs/design.md, "Attention"): "dense" (one [T, T] score matrix
+    # per head), "blockwise" (query blocks of attn_block_size under remat), "splash" (the Pallas
+    # TPU kernel, tiles of attn_block_size, rows a multiple of 128), "auto" (splash on TPU,
+    # else blockwise when attn_block_size splits the row, dense for a row of one block)
+    attention: str = "auto"
     attn_block_size: int = 512
 
     def __post_init__(self):
@@ -93,8 +98,12 @@ class LlamaConfig:
             raise ValueError(f"head_dim={self.hd} must be even for RoPE")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat={self.remat!r} is not one of {REMAT_POLICIES}")
-        if self.attention not in ("dense", "blockwise"):
-            raise ValueError(f"attention={self.attention!r} must be 'dense' or 'blockwise'")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_IMPLS)}")
+        if self.attn_block_size < 1:
+            raise ValueError(f"attn_block_size={self.attn_block_size} must be at least 1")
+        if self.attention == "splash" and self.attn_block_size % 128:
+            raise ValueError(f"attn_block_size={self.attn_block_size} must be a multiple of 128 with attention='splash'")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in ("float32", "bfloat16", "float16"):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be float32, bfloat16 or float16")
@@ -179,90 +188,6 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     cos, sin = cos[:, :, None, :half], sin[:, :, None, :half]
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(dtype)
-
-
-# ----------------------------------------------------------------------------- attention
-
-
-def attention_mask(q_seg: jax.Array, kv_seg: jax.Array, q_idx: jax.Array, kv_idx: jax.Array) -> jax.Array:
-    """[B, 1, 1, Tq, Tk] bool: causal by index within the row, and same segment only."""
-    causal = q_idx[:, None] >= kv_idx[None, :]
-    same = q_seg[:, :, None] == kv_seg[:, None, :]
-    return (same & causal[None])[:, None, None]
-
-
-def _attend(q, k, v, mask):
-    """q [B, Tq, KV, G, hd], k/v [B, Tk, KV, hd] -> [B, Tq, KV, G, hd]; scores in float32."""
-    if q.dtype != jnp.float32:
-        return _attend_low_precision(q, k, v, mask)
-    return _attend_probs(q, k, v, mask)[0]
-
-
-def _attend_probs(q, k, v, mask):
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = jnp.einsum("bqkgh,bskh->bkgqs", q, k, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bkgqs,bskh->bqkgh", probs.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    return out.astype(q.dtype), probs
-
-
-@jax.custom_vjp
-def _attend_low_precision(q, k, v, mask):
-    """_attend for bf16/f16 inputs, with a backward whose matmuls also take low-precision
-    inputs (float32 accumulation, softmax gradient in float32), as flash-attention kernels do;
-    plain autodiff would run them in float32 on converted copies."""
-    return _attend_probs(q, k, v, mask)[0]
-
-
-def _alp_fwd(q, k, v, mask):
-    out, probs = _attend_probs(q, k, v, mask)
-    return out, (q, k, v, probs)
-
-
-def _alp_bwd(res, ct):
-    q, k, v, probs = res
-    lp = q.dtype
-    ct = ct.astype(lp)
-    f32 = jnp.float32
-    dv = jnp.einsum("bkgqs,bqkgh->bskh", probs.astype(lp), ct, preferred_element_type=f32)
-    dp = jnp.einsum("bqkgh,bskh->bkgqs", ct, v, preferred_element_type=f32)
-    ds = probs * (dp - jnp.sum(dp * probs, axis=-1, keepdims=True))
-    ds = (ds * (1.0 / math.sqrt(q.shape[-1]))).astype(lp)
-    dq = jnp.einsum("bkgqs,bskh->bqkgh", ds, k, preferred_element_type=f32)
-    dk = jnp.einsum("bkgqs,bqkgh->bskh", ds, q, preferred_element_type=f32)
-    return dq.astype(lp), dk.astype(lp), dv.astype(lp), None
-
-
-_attend_low_precision.defvjp(_alp_fwd, _alp_bwd)
-
-
-def dot_product_attention(q, k, v, segment_ids, *, block_size: int = 0):
-    """Grouped-query attention with segment masking.
-
-    q [B, T, H, hd]; k, v [B, T, KV, hd]. Query heads j use kv head j // (H // KV) — the
-    grouping is a reshape, K/V are never repeated. With block_size > 0 the queries are taken
-    in blocks under jax.checkpoint, so no [T, T] score matrix is ever held for the whole row."""
-    B, T, H, hd = q.shape
-    KV = k.shape[2]
-    qg = q.reshape(B, T, KV, H // KV, hd)
-    idx = jnp.arange(T)
-    if block_size <= 0 or block_size >= T or T % block_size:
-        mask = attention_mask(segment_ids, segment_ids, idx, idx)
-        return _attend(qg, k, v, mask).reshape(B, T, H, hd)
-
-    nblocks = T // block_size
-
-    @jax.checkpoint
-    def block(q_blk, seg_blk, idx_blk):
-        mask = attention_mask(seg_blk, segment_ids, idx_blk, idx)
-        return _attend(q_blk, k, v, mask)
-
-    qb = qg.reshape(B, nblocks, block_size, KV, H // KV, hd).swapaxes(0, 1)
-    segb = segment_ids.reshape(B, nblocks, block_size).swapaxes(0, 1)
-    idxb = idx.reshape(nblocks, block_size)
-    out = jax.lax.map(lambda a: block(*a), (qb, segb, idxb))  # [nb, B, bs, KV, G, hd]
-    return out.swapaxes(0, 1).reshape(B, T, H, hd)
 
 
 # ----------------------------------------------------------------------------- modules
@@ -374,8 +299,9 @@ class Attention(nn.Module):
         if cache is not None:
             out, cache = cached_attention(q, k, v, segment_ids, cache)
         else:
-            block = cfg.attn_block_size if cfg.attention == "blockwise" else 0
-            out = dot_product_attention(q, k, v, segment_ids, block_size=block)
+            # Parameter init (a [1, 1] batch) does not depend on the kernel; dense takes any length.
+            impl = "dense" if self.is_initializing() else cfg.attention
+            out = attention(q, k, v, segment_ids, impl=impl, mesh=self.mesh, block_size=cfg.attn_block_size)
         out = checkpoint_name(constrain(out, ("batch", "length", "act_heads", None), self.mesh), "attn_out")
         y = _dense(cfg, self.mesh, (cfg.hidden_size,), ("heads", "head_dim", "embed"), "o_proj", contract=2)(out)
         return y, cache
