@@ -13,7 +13,7 @@ def get_config() -> ConfigDict:
     c.workdir = "runs/lemur_70b_chat"
     c.mesh = "data:1,fsdp:-1,tensor:1"
     c.model = ConfigDict({"preset": "llama2_70b", "dtype": "bfloat16", "scan_layers": True, "remat": "full_offload",
-                          "attention": "blockwise", "attn_block_size": 512})
+                          "attention": "auto", "attn_block_size": 512})
     c.init = ConfigDict({"from": "runs/lemur_70b_pretrain"})  # parameters only, newest step
     c.data = ConfigDict()
     c.data.seq_len = 4096

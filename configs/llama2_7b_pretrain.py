@@ -9,7 +9,7 @@ def get_config() -> ConfigDict:
     c.workdir = "runs/llama2_7b_pretrain"
     c.mesh = "data:1,fsdp:-1,tensor:1"
     c.model = ConfigDict({"preset": "llama2_7b", "dtype": "bfloat16", "scan_layers": True, "remat": "full",
-                          "attention": "blockwise", "attn_block_size": 512})
+                          "attention": "auto", "attn_block_size": 512})
     c.init = ConfigDict({"from": "checkpoints/llama2-7b"})
     c.data = ConfigDict()
     c.data.seq_len = 4096

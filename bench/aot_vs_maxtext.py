@@ -1,0 +1,141 @@
+"""Lemur-70B on a TPU v4-512, easylemur against MaxText, as the TPU compiler sees them: both
+compiled ahead of time on this CPU through libtpu for the devices a v4-512 VM presents (256
+megacore devices of 30.75 GiB), at fsdp 256 and at fsdp 64 x tensor 4.
+
+    python bench/aot_vs_maxtext.py [--maxtext-venv DIR] [--python python3.12] [--meshes fsdp,tp4]
+
+MaxText comes from PyPI (`maxtext`, which needs Python >= 3.12 and declares no dependencies
+outside extras) in a venv of its own, created on first use: maxtext --no-deps, then jax[tpu] and
+the packages its imports ask for. Its llama2-70b is compiled with `train_compile`
+(compile_topology=v4-512, per_device_batch_size=2, max_target_length=4096, remat_policy=full,
+attention=flash, i.e. splash attention, dataset_type=synthetic); easylemur's with
+`python -m easylemur.aot --config configs/lemur_70b_pretrain.py --accelerator v4-512` (the
+same 512 rows of 4096, fp32 parameters and Adam moments, bf16 compute).
+
+The figure compared is each compiler's peak per device: "Total bytes" of the memory-usage
+report the TPU compiler writes with xla_dump_to, which is what it checks against HBM.
+`memory_analysis()`'s sum is shown beside it. A table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 2**30
+HBM = 30.75 * GiB  # a v4 megacore device, as the compiler states it (easylemur.aot asks it)
+MESHES = {"fsdp": ("data:1,fsdp:-1,tensor:1", ["ici_fsdp_parallelism=-1"]),
+          "tp4": ("data:1,fsdp:64,tensor:4", ["ici_fsdp_parallelism=64", "ici_tensor_parallelism=4"])}
+MAXTEXT_PACKAGES = ["jax[tpu]==0.11.1", "flax", "optax", "orbax-checkpoint", "grain", "omegaconf", "pydantic",
+                    "tensorboardX", "sentencepiece", "tiktoken", "datasets", "transformers", "jsonlines",
+                    "ml-collections", "absl-py", "etils", "aqtp", "qwix", "tokamax", "pathwaysutils"]
+
+
+def maxtext_venv(venv: Path, python: str) -> Path:
+    """The venv's python, creating the venv (maxtext --no-deps, then what it imports) if needed."""
+    py = venv / "bin" / "python"
+    if py.exists() and subprocess.run([py, "-c", "import maxtext"], capture_output=True).returncode == 0:
+        return py
+    print(f"creating {venv} with {python} (maxtext from PyPI)", file=sys.stderr)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    pip = [str(py), "-m", "pip", "install", "-q"]
+    subprocess.run(pip + ["--upgrade", "pip"], check=True)
+    subprocess.run(pip + ["--no-deps", "maxtext==0.2.5"], check=True)
+    for pkg in MAXTEXT_PACKAGES:  # one at a time: a package missing from the index is skipped, said
+        if subprocess.run(pip + [pkg]).returncode:
+            print(f"note: could not install {pkg} into the MaxText venv", file=sys.stderr)
+    return py
+
+
+def compiler_peak(dump: str) -> int | None:
+    """The largest "Total bytes" among the train step's memory-usage reports."""
+    totals = []
+    for path in glob.glob(f"{dump}/*train_step*memory-usage-report*.txt") or glob.glob(f"{dump}/*memory-usage-report*.txt"):
+        m = re.search(r"Total bytes: (\d+)", Path(path).read_text())
+        if m:
+            totals.append(int(m.group(1)))
+    return max(totals) if totals else None
+
+
+def run_maxtext(py: Path, mesh_args: list[str]) -> dict:
+    base = subprocess.run([py, "-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    dump = tempfile.mkdtemp(prefix="maxtext-aot-")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_dump_to={dump}"}
+    cmd = [str(py), "-m", "maxtext.trainers.pre_train.train_compile", f"{base}/configs/base.yml",
+           "compile_topology=v4-512", "compile_topology_num_slices=1", "model_name=llama2-70b",
+           "per_device_batch_size=2", "max_target_length=4096", "remat_policy=full", "attention=flash",
+           "dataset_type=synthetic", "base_output_directory=" + dump, "run_name=aot", *mesh_args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    try:
+        out = {"peak": compiler_peak(dump), "ok": p.returncode == 0}
+        m = re.search(r"Memory analysis: (.*)", p.stdout + p.stderr)
+        if m:
+            sizes = {k: int(v) for k, v in re.findall(r"(\w+)_size_in_bytes=(\d+)", m.group(1))}
+            out["analysis_sum"] = (sizes.get("argument", 0) + sizes.get("output", 0) - sizes.get("alias", 0)
+                                   + sizes.get("temp", 0) + sizes.get("generated_code", 0))
+        if not out["ok"]:
+            out["error"] = (p.stdout + p.stderr).strip().splitlines()[-1][:300]
+        return out
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+
+
+def run_easylemur(mesh: str) -> dict:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", "configs/lemur_70b_pretrain.py",
+                        "--accelerator", "v4-512", f"--config.mesh={mesh}"], cwd=ROOT, env=env, capture_output=True,
+                       text=True)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        return {"ok": False, "error": p.stderr.strip().splitlines()[-1][:300]}
+    r = json.loads(lines[-1])
+    return {"ok": r["fits"], "peak": r["peak_bytes_per_device"], "analysis_sum": r.get("memory_analysis", {}).get("sum"),
+            "attention": r["attention"], "remat": r["remat"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--maxtext-venv", default=str(ROOT / "bench" / ".venv-maxtext"), help="MaxText's own venv (created if missing)")
+    ap.add_argument("--python", default=shutil.which("python3.12") or os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python"),
+                    help="a Python >= 3.12 for MaxText's venv")
+    ap.add_argument("--meshes", default="fsdp,tp4", help="which of fsdp (fsdp 256) and tp4 (fsdp 64 x tensor 4)")
+    args = ap.parse_args()
+    py = maxtext_venv(Path(args.maxtext_venv), args.python)
+    rows = []
+    for name in args.meshes.split(","):
+        mesh, mt_args = MESHES[name]
+        el = run_easylemur(mesh)
+        mt = run_maxtext(py, mt_args)
+        rows.append({"mesh": name, "easylemur": el, "maxtext": mt})
+
+    def gib(x):
+        return f"{x / GiB:.2f}" if x else "-"
+
+    print(f"{'system':10} {'mesh':14} {'attention':22} {'peak GiB':>9} {'analysis sum':>13} {'headroom':>9}")
+    for r in rows:
+        mesh = "fsdp 256" if r["mesh"] == "fsdp" else "fsdp 64 x tp 4"
+        for system, res, attn in (("easylemur", r["easylemur"], f"{r['easylemur'].get('attention')}, {r['easylemur'].get('remat')}"),
+                                  ("MaxText", r["maxtext"], "splash (flash), full")):
+            head = f"{1 - res['peak'] / HBM:.1%}" if res.get("peak") else "-"
+            print(f"{system:10} {mesh:14} {attn:22} {gib(res.get('peak')):>9} {gib(res.get('analysis_sum')):>13} {head:>9}"
+                  + ("" if res.get("ok") else f"  (failed: {res.get('error', '')[:80]})"))
+    print(json.dumps({r["mesh"]: {"easylemur_peak_bytes": r["easylemur"].get("peak"),
+                                  "maxtext_peak_bytes": r["maxtext"].get("peak"),
+                                  "easylemur_le_maxtext": bool(r["easylemur"].get("peak") and r["maxtext"].get("peak")
+                                                               and r["easylemur"]["peak"] <= r["maxtext"]["peak"])}
+                      for r in rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
