@@ -30,7 +30,7 @@ from typing import Sequence
 from easylemur.errors import add_debug_flag
 
 USAGE = "python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--debug] [--config.KEY=VALUE ...]"
-STATS_USAGE = ("python -m easylemur.data stats --config CFG [--sample-records N] [--format text|json] [--workers N] "
+STATS_USAGE = ("python -m easylemur.data stats --config CFG [--sample-records N] [--format text|json] [--workers N] [--no-progress] "
                "[--debug] [--config.KEY=VALUE ...]")
 
 
