@@ -30,7 +30,12 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
 from easylemur.models.attention import IMPLS as ATTENTION_IMPLS
-from easylemur.models.attention import _attend, attention, attention_mask
+from easylemur.models.attention import (
+    SPLASH_RESIDUALS,
+    _attend,
+    attention,
+    attention_mask,
+)
 from easylemur.sharding import RULES, constrain
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
@@ -372,7 +377,9 @@ def _remat_policy(name: str):
         "full": cp.nothing_saveable,
         "dots": cp.checkpoint_dots,
         "dots_no_batch": cp.checkpoint_dots_with_no_batch_dims,
-        "save_attn_out": cp.save_only_these_names("attn_out"),
+        # the attention output, and with splash the kernel's residuals, so that the backward
+        # does not run the attention forward again
+        "save_attn_out": cp.save_only_these_names("attn_out", SPLASH_RESIDUALS),
     }[name]
 
 
