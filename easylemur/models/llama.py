@@ -32,7 +32,6 @@ from jax.sharding import Mesh
 from easylemur.models.attention import IMPLS as ATTENTION_IMPLS
 from easylemur.models.attention import (
     SPLASH_RESIDUALS,
-    _attend,
     attention,
     attention_mask,
 )
@@ -313,21 +312,27 @@ class Attention(nn.Module):
 
 
 def cached_attention(q, k, v, segment_ids, cache):
-    """Decoding with a KV cache: cache = dict(k, v [B, S, KV, hd], seg [B, S], index int32).
+    """Decoding with a KV cache: cache = dict(k, v [B, KV, S, hd], seg [B, S], index int32).
 
     The new tokens are written at `index`; query t attends to cache slots <= index + t that
-    hold the same segment (slots never written have segment 0, which no real token uses)."""
+    hold the same segment (slots never written have segment 0, which no real token uses).
+    The cache is heads-major so that each step's score and value matmuls read it as it lies:
+    with [B, S, KV, hd] XLA transposed every layer's whole cache at every decoded token."""
     B, T = q.shape[:2]
     i = cache["index"]
-    k_all = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.astype(cache["k"].dtype), i, axis=1)
-    v_all = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.astype(cache["v"].dtype), i, axis=1)
+    k_all = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.swapaxes(1, 2).astype(cache["k"].dtype), i, axis=2)
+    v_all = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.swapaxes(1, 2).astype(cache["v"].dtype), i, axis=2)
     seg_all = jax.lax.dynamic_update_slice_in_dim(cache["seg"], segment_ids, i, axis=1)
-    S = k_all.shape[1]
+    S = k_all.shape[2]
     H, KV, hd = q.shape[2], k.shape[2], q.shape[3]
     qg = q.reshape(B, T, KV, H // KV, hd)
-    mask = attention_mask(segment_ids, seg_all, i + jnp.arange(T), jnp.arange(S))
-    out = _attend(qg, k_all.astype(q.dtype), v_all.astype(q.dtype), mask).reshape(B, T, H, hd)
-    return out, {"k": k_all, "v": v_all, "seg": seg_all, "index": i + T}
+    mask = attention_mask(segment_ids, seg_all, i + jnp.arange(T), jnp.arange(S))  # [B, 1, 1, T, S]
+    scores = jnp.einsum("btkgh,bksh->bkgts", qg, k_all.astype(q.dtype), preferred_element_type=jnp.float32)
+    scores = jnp.where(mask, scores / math.sqrt(hd), jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgts,bksh->btkgh", probs.astype(q.dtype), v_all.astype(q.dtype),
+                     preferred_element_type=jnp.float32)
+    return out.astype(q.dtype).reshape(B, T, H, hd), {"k": k_all, "v": v_all, "seg": seg_all, "index": i + T}
 
 
 class MLP(nn.Module):
@@ -444,7 +449,7 @@ class Llama(nn.Module):
 
 def init_cache(cfg: LlamaConfig, batch: int, max_len: int, dtype=None) -> list[dict]:
     dtype = dtype or jnp.dtype(cfg.dtype)
-    shape = (batch, max_len, cfg.num_kv_heads, cfg.hd)
+    shape = (batch, cfg.num_kv_heads, max_len, cfg.hd)  # heads-major: see cached_attention
     return [
         {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
          "seg": jnp.zeros((batch, max_len), jnp.int32), "index": jnp.zeros((), jnp.int32)}
