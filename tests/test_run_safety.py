@@ -131,6 +131,15 @@ def _truncate_params(step_dir: Path) -> None:
         f.truncate(data.stat().st_size // 2)
 
 
+def _flip_a_bit_of_params(step_dir: Path) -> None:
+    """One flipped bit in the middle of the params data (whatever the storage format then
+    makes of it: an unreadable chunk or a wrong value, the step must not be used)."""
+    data = max((step_dir / "params" / "d").iterdir(), key=lambda f: f.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    data.write_bytes(bytes(raw))
+
+
 def _flip_a_recorded_checksum(step_dir: Path) -> None:
     """What a flipped bit inside an array does to its fingerprint, without depending on
     where the storage format keeps the bytes of that array."""
@@ -141,8 +150,9 @@ def _flip_a_recorded_checksum(step_dir: Path) -> None:
     meta_file.write_text(json.dumps(meta))
 
 
-@pytest.mark.parametrize("damage", [_truncate_params, _flip_a_recorded_checksum,
-                                    lambda d: shutil.rmtree(d / "meta")], ids=["truncated", "checksum", "no-meta"])
+@pytest.mark.parametrize("damage", [_truncate_params, _flip_a_bit_of_params, _flip_a_recorded_checksum,
+                                    lambda d: shutil.rmtree(d / "meta")],
+                         ids=["truncated", "flipped-bit", "checksum", "no-meta"])
 def test_damaged_newest_checkpoint_falls_back_to_the_previous_step(tmp_path, reference_run, damage):
     w = _damaged_copy(reference_run, tmp_path, damage)
     p = run(w, REFERENCE)
