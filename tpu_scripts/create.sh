@@ -42,9 +42,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-check_name
-check_zone
-check_project
+check_target
 [ -n "$TYPE" ] || die "--type is required (v4-N, v5litepod-N, v5p-N or v6e-N, e.g. v4-512)"
 check_type "$TYPE"
 VERSION=${VERSION:-$(runtime_for "$TYPE")}

@@ -46,9 +46,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-check_name
-check_zone
-check_project
+check_target
 check_remote_dir "$DIR"
 [ $# -gt 0 ] || die "no command to run: give it after -- (e.g. -- python -m easylemur.train --config CFG)"
 for kv in ${ENVS[@]+"${ENVS[@]}"}; do

@@ -74,6 +74,13 @@ check_project() {
         || die "--project '$PROJECT' is not a Google Cloud project id"
 }
 
+# The flags every script takes: --name, --zone and (optional) --project.
+check_target() {
+    check_name
+    check_zone
+    check_project
+}
+
 # gcloud's flags shared by every command: the zone and, when given, the project.
 where_flags() {
     WHERE=(--zone="$ZONE")

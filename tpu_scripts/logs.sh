@@ -38,9 +38,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-check_name
-check_zone
-check_project
+check_target
 check_remote_dir "$DIR"
 [ -n "$WORKER" ] || die "--worker is required (0 for the first worker)"
 [[ $WORKER =~ ^[0-9]+$ ]] || die "--worker '$WORKER' must be a worker number (0, 1, ...)"

@@ -44,9 +44,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-check_name
-check_zone
-check_project
+check_target
 check_remote_dir "$DIR"
 [ -z "$REF" ] || [ -z "$LOCAL" ] || die "--ref and --local exclude each other"
 [ -n "$REF" ] || [ -z "$REPO" ] || die "--repo needs --ref GIT_REF"

@@ -31,9 +31,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-check_name
-check_zone
-check_project
+check_target
 check_remote_dir "$DIR"
 where_flags
 

@@ -41,9 +41,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-check_name
-check_zone
-check_project
+check_target
 check_remote_dir "$DIR"
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout '$TIMEOUT' must be a number of seconds"
 [ "$QUEUED" = 0 ] || [ "$DELETE" = 1 ] || die "--queued only matters with --delete"
