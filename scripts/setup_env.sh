@@ -8,15 +8,16 @@ if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 # torch first and pinned: the local CPU wheel; anything looser pulls a multi-GB CUDA build.
 .venv/bin/pip install -q "torch==2.13.0"
 .venv/bin/pip install -q -e ".[test]"
-# bubblewrap sandboxes generated code in `python -m easylemur.eval` (and its tests).
-if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    SUDO=$([ "$(id -u)" = 0 ] || echo sudo -n)
-    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
-        || echo "setup_env: could not install bubblewrap (apt-get install -y bubblewrap); sandbox tests will be skipped" >&2
-fi
-# The linter of tpu_scripts/ and scripts/ (tests/test_tpu_scripts.py runs it).
-if ! command -v shellcheck >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    SUDO=$([ "$(id -u)" = 0 ] || echo sudo -n)
-    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq shellcheck; } >/dev/null 2>&1 \
-        || echo "setup_env: could not install shellcheck (apt-get install -y shellcheck); the shellcheck test will be skipped" >&2
-fi
+# Debian tools the tests use: bubblewrap sandboxes generated code in `python -m easylemur.eval`
+# (tests/test_sandbox.py, test_eval.py); shellcheck lints tpu_scripts/ and scripts/
+# (tests/test_tpu_scripts.py). Tests that need a missing one are skipped, with the reason.
+apt_install() {  # COMMAND PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return 0
+    command -v apt-get >/dev/null 2>&1 || { echo "setup_env: no apt-get; install $2 to run the tests that need $1" >&2; return 0; }
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    { $sudo apt-get update -qq && $sudo apt-get install -y -qq "$2"; } >/dev/null 2>&1 \
+        || echo "setup_env: could not install $2 (apt-get install -y $2); the tests that need $1 will be skipped" >&2
+}
+apt_install bwrap bubblewrap
+apt_install shellcheck shellcheck
