@@ -52,7 +52,6 @@ VERSION=${VERSION:-$(runtime_for "$TYPE")}
 if [ "$QUEUED" = 1 ] && [ "$PREEMPTIBLE" = 1 ]; then
     die "--preemptible is not available for queued resources; use --spot"
 fi
-where_flags
 
 CAPACITY=()
 if [ "$SPOT" = 1 ]; then CAPACITY+=(--spot); fi

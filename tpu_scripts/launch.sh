@@ -52,7 +52,6 @@ check_remote_dir "$DIR"
 for kv in ${ENVS[@]+"${ENVS[@]}"}; do
     [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env '$kv' must look like KEY=VALUE (KEY: letters, digits, _)"
 done
-where_flags
 
 remote_command "$DIR" ${ENVS[@]+"${ENVS[@]}"} -- "$@"
 ssh_workers "$REMOTE"

@@ -74,11 +74,12 @@ check_project() {
         || die "--project '$PROJECT' is not a Google Cloud project id"
 }
 
-# The flags every script takes: --name, --zone and (optional) --project.
+# The flags every script takes: --name, --zone and (optional) --project, checked; then WHERE.
 check_target() {
     check_name
     check_zone
     check_project
+    where_flags
 }
 
 # gcloud's flags shared by every command: the zone and, when given, the project.

@@ -43,7 +43,6 @@ check_remote_dir "$DIR"
 [ -n "$WORKER" ] || die "--worker is required (0 for the first worker)"
 [[ $WORKER =~ ^[0-9]+$ ]] || die "--worker '$WORKER' must be a worker number (0, 1, ...)"
 [[ $LINES =~ ^[0-9]+$ ]] || die "--lines '$LINES' must be a number of lines"
-where_flags
 
 TAIL="tail -n $LINES"
 if [ "$FOLLOW" = 1 ]; then TAIL+=" -F"; fi

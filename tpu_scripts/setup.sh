@@ -48,7 +48,6 @@ check_target
 check_remote_dir "$DIR"
 [ -z "$REF" ] || [ -z "$LOCAL" ] || die "--ref and --local exclude each other"
 [ -n "$REF" ] || [ -z "$REPO" ] || die "--repo needs --ref GIT_REF"
-where_flags
 NEW=$(q "$DIR.new")
 QDIR=$(q "$DIR")
 

@@ -33,7 +33,6 @@ done
 
 check_target
 check_remote_dir "$DIR"
-where_flags
 
 if [ "$QUEUED" = 1 ]; then
     run gcloud compute tpus queued-resources describe "$NAME" "${WHERE[@]}" --format="value(state.state)"

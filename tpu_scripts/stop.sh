@@ -45,7 +45,6 @@ check_target
 check_remote_dir "$DIR"
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout '$TIMEOUT' must be a number of seconds"
 [ "$QUEUED" = 0 ] || [ "$DELETE" = 1 ] || die "--queued only matters with --delete"
-where_flags
 
 STOP="$WORKER_ID_SH; cd $(q "$DIR") 2>/dev/null && [ -f logs/run.pid ] && pid=\$(cat logs/run.pid) && kill -0 \"\$pid\" 2>/dev/null || { echo \"worker \$w: no run\"; exit 0; }
 kill -TERM -- \"-\$pid\" && echo \"worker \$w: SIGTERM sent to run \$pid, waiting for it to save and exit\"
