@@ -40,7 +40,7 @@ def loss_sum_fn(model_cfg: LlamaConfig, mesh, z_loss: float, loss_chunk: int) ->
         # compute-dtype weights (half the bytes in bf16); gradients flow back to float32.
         params = jax.tree.map(lambda p: p.astype(compute) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
         hidden, _ = model.apply({"params": params}, mb["input_ids"], mb["positions"], mb["segment_ids"], return_hidden=True)
-        return head_loss_sum(hidden, lm_head_kernel(params, model_cfg), mb, z_loss, loss_chunk)
+        return head_loss_sum(hidden, lm_head_kernel(params, model_cfg), mb, z_loss, loss_chunk, mesh)
 
     return loss_sum
 

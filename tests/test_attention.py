@@ -1,7 +1,8 @@
 """The attention implementations behind one contract (easylemur.models.attention): the splash
-kernel, run here in Pallas interpret mode, equals the dense reference on packed rows with
-grouped-query heads (outputs and q/k/v gradients), sharded over a mesh too; the model with it
-equals transformers; `auto` picks it when compiling for a TPU. Interpret mode is slow: shapes
+kernel, run here in Pallas interpret mode, and flash equal the dense reference on packed rows
+with grouped-query heads (outputs and q/k/v gradients), sharded over a mesh too; the model with
+splash equals transformers; `auto` picks splash when compiling for a TPU; cudnn refuses clearly
+without a GPU, and the segment offsets it gives cuDNN describe the reference mask. Interpret mode is slow: shapes
 are the smallest the kernel takes (rows of 128-256 tokens, tiny heads)."""
 
 import dataclasses
@@ -147,19 +148,118 @@ def test_remat_policy_keeps_or_drops_the_splash_residuals():
 
 
 def test_auto_choice():
-    """auto: splash when compiling for TPU rows of a multiple of 128; elsewhere blockwise when
-    the block splits the row, dense for a row of one block."""
+    """auto: splash when compiling for TPU rows of a multiple of 128; cudnn on GPU for bf16/fp16
+    and head dims cuDNN takes; flash on CPU for rows of several flash tiles; elsewhere blockwise
+    when the block splits the row, dense for a row of one block."""
     assert resolve_impl("auto", 4096, "tpu", 512) == "splash"
     assert resolve_impl("auto", 4000, "tpu", 500) == "blockwise"
-    assert resolve_impl("auto", 2048, "cpu", 512) == "blockwise"
-    assert resolve_impl("auto", 256, "cpu", 512) == "dense"
+    assert resolve_impl("auto", 2048, "cpu", 512) == "flash"
+    assert resolve_impl("auto", 128, "cpu", 512) == "dense"
     assert resolve_impl("auto", 1000, "gpu", 512) == "dense"
+    assert resolve_impl("auto", 2048, "gpu", 512, jnp.bfloat16, 128) == "cudnn"
+    assert resolve_impl("auto", 2048, "gpu", 512, jnp.float16, 64) == "cudnn"
+    assert resolve_impl("auto", 2048, "gpu", 512, jnp.float32, 64) == "blockwise"
+    assert resolve_impl("auto", 2048, "gpu", 512, jnp.bfloat16, 256) == "blockwise"
     assert resolve_impl("dense", 4096, "tpu", 512) == "dense"
     # the default, on this CPU: equal to dense
     q, k, v, _ = _inputs(2, 64, 4, 2, 16)
     seg = _packed_segments(2, 64)
     assert LlamaConfig().attention == "auto"
     np.testing.assert_array_equal(attention(q, k, v, seg), attention(q, k, v, seg, impl="dense"))
+
+
+@pytest.mark.parametrize("dtype,bound", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+def test_flash_equals_reference(dtype, bound):
+    """flash (what auto runs on a CPU): four 64-token tiles per row, so tiles past the diagonal
+    are skipped and document boundaries and padding fall inside tiles; grouped-query heads.
+    Outputs and q/k/v gradients (its backward is hand-written). bf16 measures 5e-3."""
+    B, T, H, KV, hd = 2, 256, 4, 2, 32
+    q, k, v, ct = _inputs(B, T, H, KV, hd)
+    seg = _packed_segments(B, T)
+    ref, ref_grads = _out_and_grads("dense", q, k, v, seg, ct)
+    out, grads = _out_and_grads("flash", q, k, v, seg, ct, dtype=dtype, block_size=64)
+    assert out.dtype == dtype and out.shape == (B, T, H, hd)
+    assert _rel(out, ref) <= bound, _rel(out, ref)
+    for name, g, r in zip("qkv", grads, ref_grads):
+        assert _rel(g, r) <= bound, (name, _rel(g, r))
+
+
+def test_flash_sharded_over_a_mesh():
+    """flash is plain JAX: on a data 2 x fsdp 2 x tensor 2 mesh XLA partitions it, and it still
+    equals dense."""
+    mesh = make_mesh("data:2,fsdp:2,tensor:2")
+    B, T, H, KV, hd = 4, 128, 4, 2, 8
+    q, k, v, ct = _inputs(B, T, H, KV, hd, seed=1)
+    seg = _packed_segments(B, T)
+    ref, ref_grads = _out_and_grads("dense", q, k, v, seg, ct)
+    put = lambda x, heads_axis: jax.device_put(x, named_sharding(("batch", "length", heads_axis, None), x.shape, mesh))
+    out, grads = _out_and_grads("flash", put(q, "act_heads"), put(k, "act_kv_heads"), put(v, "act_kv_heads"),
+                                seg, ct, mesh=mesh, block_size=32)
+    assert _rel(out, ref) <= 1e-5, _rel(out, ref)
+    for name, g, r in zip("qkv", grads, ref_grads):
+        assert _rel(g, r) <= 1e-5, (name, _rel(g, r))
+
+
+def test_cudnn_refuses_without_cudnn():
+    """This machine has no NVIDIA GPU: model.attention=cudnn is a one-line AttentionError (an
+    InputError) that names the setting, not a crash inside the call."""
+    q, k, v, _ = _inputs(1, 128, 2, 1, 16)
+    seg = jnp.ones((1, 128), jnp.int32)
+    with pytest.raises(AttentionError, match="model.attention='cudnn' needs an NVIDIA GPU with cuDNN"):
+        attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16), seg, impl="cudnn")
+    assert issubclass(AttentionError, easylemur.errors.InputError)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=2,
+                      num_kv_heads=1, dtype="bfloat16", attention="cudnn")
+    params = init_params(cfg, jax.random.PRNGKey(0))  # initialisation runs dense attention
+    with pytest.raises(AttentionError, match="model.attention='cudnn'"):
+        Llama(cfg).apply({"params": params}, jnp.ones((1, 8), jnp.int32))
+
+
+def _runs(*lengths_per_row):
+    """Rows of consecutive segments of the given lengths (0 starts padding)."""
+    rows = []
+    for lengths in lengths_per_row:
+        ids = []
+        for i, n in enumerate(lengths):
+            ids += [i + 1 if n > 0 else 0] * abs(n)
+        rows.append(ids)
+    return jnp.asarray(np.array(rows, np.int32))
+
+
+def test_cudnn_segments_give_the_reference_mask():
+    """The seqlens/offsets cuDNN is given for packed rows (runs of segment ids) describe exactly
+    attention_mask's mask: one document, several, padding at the end (segment 0 attends to
+    itself), a document per token, documents that end inside and on tile edges."""
+    from easylemur.models.attention import attention_mask, cudnn_segments, segments_mask
+
+    T = 16
+    seg = _runs([16], [5, 7, -4], [1] * 16, [3, 13], [8, 8], [15, -1])
+    seqlens, offsets = cudnn_segments(seg)
+    assert seqlens.shape == (6, T) and offsets.shape == (6, T + 1)
+    np.testing.assert_array_equal(seqlens[1, :4], [5, 7, 4, -1])
+    np.testing.assert_array_equal(offsets[1, :4], [0, 5, 12, -1])
+    np.testing.assert_array_equal(offsets[2], list(range(16)) + [-1])
+    idx = jnp.arange(T)
+    np.testing.assert_array_equal(segments_mask(seqlens, offsets, T), attention_mask(seg, seg, idx, idx))
+    # and the packer's rows in the other tests
+    seg = _packed_segments(2, 256)
+    idx = jnp.arange(256)
+    np.testing.assert_array_equal(segments_mask(*cudnn_segments(seg), 256), attention_mask(seg, seg, idx, idx))
+
+
+def test_cudnn_private_api_is_pinned():
+    """Packed rows reach cuDNN through JAX's private fused-attention function (the public
+    jax.nn.dot_product_attention has no segments): it, and every argument _cudnn_packed passes,
+    exist in the installed JAX. A JAX that moves them fails here, not on a GPU."""
+    import inspect
+
+    from jax._src.cudnn import fused_attention_stablehlo as fa
+
+    params = inspect.signature(fa.dot_product_attention).parameters
+    for name in ("q_seqlen", "kv_seqlen", "q_offsets", "kv_offsets", "scale", "mask_type", "qkv_layout"):
+        assert name in params, name
+    assert fa.MaskType.PADDING_CAUSAL
+    assert "implementation" in inspect.signature(jax.nn.dot_product_attention).parameters
 
 
 def test_splash_refuses_what_it_cannot_take():
@@ -170,8 +270,8 @@ def test_splash_refuses_what_it_cannot_take():
         load_config(None, ["model.attention=splash", "data.seq_len=200"])
     with pytest.raises(ConfigError, match="attn_block_size=192 must be a multiple of 128"):
         load_config(None, ["model.attention=splash", "model.attn_block_size=192"])
-    with pytest.raises(ConfigError, match="attention='flash' must be one of auto, dense, blockwise, splash"):
-        load_config(None, ["model.attention=flash"])
+    with pytest.raises(ConfigError, match="attention='sparse' must be one of auto, dense, blockwise, splash, flash, cudnn"):
+        load_config(None, ["model.attention=sparse"])
     # parameters are made without running attention on the length the kernel refuses
     params = init_params(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=1,
                                      num_heads=2, num_kv_heads=1, attention="splash"), jax.random.PRNGKey(0))

@@ -226,6 +226,8 @@ class Dense(nn.Module):
     out_dtype: Any = None  # default: dtype
     # the dtype the weight gradient is written in (see `low_precision_matmul`)
     weight_grad_dtype: Any = jnp.float32
+    # the weight gradient through a transposed copy of x (see `low_precision_matmul`): CPU only
+    transpose_for_cpu: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -240,12 +242,13 @@ class Dense(nn.Module):
             return y.astype(out_dtype)
         lead, n_in = x.shape[: x.ndim - self.contract], math.prod(in_shape)
         y = low_precision_matmul(x.reshape(-1, n_in), kernel.reshape(n_in, -1), jnp.dtype(out_dtype),
-                                 jnp.dtype(self.weight_grad_dtype))
+                                 jnp.dtype(self.weight_grad_dtype), self.transpose_for_cpu)
         return y.reshape(*lead, *self.features)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def low_precision_matmul(x: jax.Array, k: jax.Array, out_dtype, weight_grad_dtype=jnp.float32) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def low_precision_matmul(x: jax.Array, k: jax.Array, out_dtype, weight_grad_dtype=jnp.float32,
+                         transpose_for_cpu: bool = False) -> jax.Array:
     """[M, I] @ [I, O] in the inputs' low precision with float32 accumulation, forward AND
     backward: plain autodiff would hand the float32-accumulated product's float32 cotangent to
     the backward matmuls, which then run in float32 (half speed or worse) on converted copies.
@@ -254,19 +257,42 @@ def low_precision_matmul(x: jax.Array, k: jax.Array, out_dtype, weight_grad_dtyp
     the MXU / tensor cores accumulate in float32 inside the matmul either way, and a bf16 result
     halves the full-weight gradient buffer and the bytes its FSDP reduce-scatter moves (an
     f32[8192, 28672] gradient of a 70B MLP matrix is 0.94 GB per device). On a CPU float32,
-    the fast path there, cast after the matmul."""
+    the fast path there, cast after the matmul.
+
+    `transpose_for_cpu`: XLA:CPU runs a bf16 matmul natively (AMX/AVX-512 through its YNNPACK
+    fusion) only when the lhs contracts its minor dimension; the weight gradient x^T @ ct
+    contracts x's major one, so XLA converts both operands to float32 and runs a 3-6x slower
+    Eigen matmul, and it folds any explicit transpose of x back into that form. With this flag
+    (CPU only; only when I <= O, where the copy is cheap, and the matmul is not tiny) x^T is made
+    by a matmul with the identity, exact in any dtype, which XLA keeps; the weight gradient is
+    then a native matmul (docs/design.md, "Performance")."""
     return jax.lax.dot(x, k, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
-def _lpm_fwd(x, k, out_dtype, weight_grad_dtype):
-    return low_precision_matmul(x, k, out_dtype, weight_grad_dtype), (x, k)
+# Below this many multiply-adds the weight gradient is cheap whichever way it runs.
+_TRANSPOSE_MIN_MACS = 2**24
 
 
-def _lpm_bwd(out_dtype, weight_grad_dtype, res, ct):
+def transpose_by_matmul(x: jax.Array) -> jax.Array:
+    """x [M, I] -> x^T [I, M] as eye(I) @ x^T: exact (every product is 1 * x or 0, summed in
+    float32), and a matmul XLA:CPU neither folds into its consumer nor runs outside YNNPACK."""
+    eye = jnp.eye(x.shape[1], dtype=x.dtype)
+    return jax.lax.dot_general(eye, x, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32).astype(x.dtype)
+
+
+def _lpm_fwd(x, k, out_dtype, weight_grad_dtype, transpose_for_cpu):
+    return low_precision_matmul(x, k, out_dtype, weight_grad_dtype, transpose_for_cpu), (x, k)
+
+
+def _lpm_bwd(out_dtype, weight_grad_dtype, transpose_for_cpu, res, ct):
     x, k = res
     ct = ct.astype(x.dtype)
     dx = jax.lax.dot_general(ct, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-    dk = jax.lax.dot_general(x, ct, (((0,), (0,)), ((), ())), preferred_element_type=weight_grad_dtype)
+    M, I, O = x.shape[0], x.shape[1], k.shape[1]
+    if transpose_for_cpu and I <= O and M * I * O >= _TRANSPOSE_MIN_MACS:
+        dk = jax.lax.dot(transpose_by_matmul(x), ct, preferred_element_type=weight_grad_dtype)
+    else:
+        dk = jax.lax.dot_general(x, ct, (((0,), (0,)), ((), ())), preferred_element_type=weight_grad_dtype)
     return dx.astype(x.dtype), dk.astype(k.dtype)
 
 
@@ -279,8 +305,9 @@ def _dense(cfg: LlamaConfig, mesh: Optional[Mesh], features: tuple, logical: tup
     writing weight gradients in the compute dtype when the mesh is on TPU or GPU."""
     accelerated = mesh is not None and mesh.devices.flat[0].platform in ("tpu", "gpu", "cuda", "rocm")
     grad_dtype = jnp.dtype(cfg.dtype) if accelerated else jnp.float32
+    on_cpu = (mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()) == "cpu"
     return Dense(features, logical, contract, jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype), out_dtype,
-                 grad_dtype, name=name)
+                 grad_dtype, on_cpu, name=name)
 
 
 class Attention(nn.Module):
