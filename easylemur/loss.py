@@ -36,11 +36,12 @@ def token_loss_sum(logits: jax.Array, batch: dict, z_loss: float = 0.0) -> tuple
     return _cross_entropy_sum(logits[:, :-1], batch["input_ids"][:, 1:], w, z_loss), jnp.sum(w)
 
 
-# `loss_chunk=0` leaves the chunk to head_loss_sum: whole rows while the float32 logits of the
-# batch stay under this many bytes, else the longest chunk of positions that divides T and
-# keeps them under it. On a 2-core CPU (58M model, 8 x 512 tokens, vocab 32000) the step is
-# fastest with chunks of about 32 MB (docs/design.md, "Performance"); an accelerator loses
-# nothing by it either (the fused head below recomputes nothing per chunk).
+# On a CPU `loss_chunk=0` leaves the chunk to head_loss_sum: whole rows while the float32
+# logits of the batch stay under this many bytes, else the longest chunk of positions that
+# divides T and keeps them under it. On the 2-core CPU (58M model, 8 x 512 tokens, vocab 32000,
+# 512 MB of logits whole) chunks of 32-64 positions made the step fastest of 16-128; buffers
+# that large are fresh pages from the OS every step (docs/design.md, "Performance"). On
+# accelerators 0 stays whole rows.
 AUTO_CHUNK_BYTES = 32 * 2**20
 
 
@@ -60,8 +61,9 @@ def auto_chunk(B: int, T: int, V: int, budget: int = AUTO_CHUNK_BYTES) -> int:
 def head_loss_sum(hidden: jax.Array, head: jax.Array, batch: dict, z_loss: float = 0.0, chunk: int = 0,
                   mesh=None) -> tuple[jax.Array, jax.Array]:
     """token_loss_sum from the final hidden states [B, T, d] and the LM head kernel [d, V],
-    the logits `chunk` positions at a time (0: `auto_chunk`), so the [B, T, V] logits (and
-    their gradient) never exist whole. The same sums as token_loss_sum(hidden @ head, ...).
+    the logits `chunk` positions at a time (0: whole rows; `auto_chunk` on a CPU), so the
+    [B, T, V] logits (and their gradient) need never exist whole. The same sums as
+    token_loss_sum(hidden @ head, ...).
 
     Differentiated, it is one fused pass per chunk (`_fused_head_ce`): the logits' gradient
     (softmax - one-hot) x weight is known as soon as the softmax is, so each chunk's
@@ -73,7 +75,8 @@ def head_loss_sum(hidden: jax.Array, head: jax.Array, batch: dict, z_loss: float
     # chunk has the same length
     w = jnp.pad(target_weights(batch), ((0, 0), (0, 1)))
     targets = jnp.pad(batch["input_ids"][:, 1:], ((0, 0), (0, 1)))
-    if chunk <= 0:
+    platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
+    if chunk <= 0 and platform == "cpu":
         chunk = auto_chunk(B, T, head.shape[1])
     if chunk <= 0 or chunk >= T or T % chunk:
         chunk = T

@@ -181,8 +181,17 @@ def rope_cos_sin(cfg: LlamaConfig, positions: jax.Array) -> tuple[jax.Array, jax
     return jnp.cos(emb), jnp.sin(emb)
 
 
+@jax.custom_vjp
 def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """x [B, T, N, hd]; the half-split form (rotate_half)."""
+    """x [B, T, N, hd]; the half-split form (rotate_half).
+
+    The backward is the rotation by -angle, written out: autodiff of the split, concatenation
+    and casts gives XLA:CPU padded float32/bf16 copies per head. cos/sin come from the
+    positions, never trained: they get no gradient."""
+    return _rope(x, cos, sin)
+
+
+def _rope(x, cos, sin):
     half = x.shape[-1] // 2
     # cos/sin repeat their first half (concat(freqs, freqs)), so this is HF's
     # x * cos + rotate_half(x) * sin, term for term, without building rotate_half(x).
@@ -192,6 +201,18 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     cos, sin = cos[:, :, None, :half], sin[:, :, None, :half]
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(dtype)
+
+
+def _rope_fwd(x, cos, sin):
+    return _rope(x, cos, sin), (cos, sin)
+
+
+def _rope_bwd(res, ct):
+    cos, sin = res
+    return _rope(ct, cos, -sin), jnp.zeros_like(cos), jnp.zeros_like(sin)
+
+
+apply_rope.defvjp(_rope_fwd, _rope_bwd)
 
 
 # ----------------------------------------------------------------------------- modules
