@@ -66,8 +66,10 @@ class LlamaConfig:
     remat: str = "none"  # one of REMAT_POLICIES
     # one of ATTENTION_IMPLS (docs/design.md, "Attention"): "dense" (one [T, T] score matrix
     # per head), "blockwise" (query blocks of attn_block_size under remat), "splash" (the Pallas
-    # TPU kernel, tiles of attn_block_size, rows a multiple of 128), "auto" (splash on TPU,
-    # else blockwise when attn_block_size splits the row, dense for a row of one block)
+    # TPU kernel, tiles of attn_block_size, rows a multiple of 128), "flash" (pure JAX, causal
+    # tile skipping, tiles of at most 128), "cudnn" (cuDNN's flash attention, NVIDIA GPUs,
+    # bf16/fp16), "auto" (splash on TPU, cudnn on GPU where it applies, flash on CPU, else
+    # blockwise when attn_block_size splits the row, dense for a row of one block)
     attention: str = "auto"
     attn_block_size: int = 512
 
