@@ -207,8 +207,8 @@ def initialize_distributed(
 
 
 def _on_tpu_vm() -> bool:
-    import glob
+    from easylemur.host import tpu_device_nodes
 
     if os.environ.get("JAX_PLATFORMS", "") not in ("", "tpu"):
         return False
-    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_WORKER_HOSTNAMES"))
+    return tpu_device_nodes()

@@ -10,6 +10,11 @@ the workdir) -> data streams -> the jitted step, with its side jobs in small obj
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before any heavy import or thread: see easylemur/host.py
+    from easylemur.host import restart_with_cpu_malloc
+
+    restart_with_cpu_malloc()
+
 import argparse
 import contextlib
 import sys
