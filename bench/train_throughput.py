@@ -7,11 +7,18 @@ batch), on this machine's CPU.
 
 Defaults: the ~58M-parameter shape (d=512, 8 layers, 8 heads, ff 1408, vocab 32000), 8 rows of
 512 tokens, easylemur computing in bf16 (float32 master weights) against PyTorch's bf16
-autocast (float32 master weights too). The two are timed alternately, --repeats rounds of
---steps steps each, after one warm-up step each (easylemur's compilation is not timed); each
-figure is the best round, since other work on a shared machine only ever slows a round down.
-The 1-minute load average is printed with every round. `matmul_ceiling_gflops` is this CPU's
-bf16 matmul rate (2048^3, float32 accumulation, through XLA) measured in the same run; each
+autocast (float32 master weights too). Every timed round is a fresh process of one side, as a
+user's run would be, the sides alternating, --repeats rounds of --steps steps each, after two
+warm-up steps (easylemur's compilation is not timed; its later rounds load the step from this
+run's compilation cache). One process per side for the whole run would not be fair on this VM:
+memory the idle side holds made the other side's page faults several times slower (transformers
+fell from ~1,600 to ~450 tokens/s beside an idle easylemur worker), and in one process the two
+frameworks' allocators disturb each other. easylemur's worker restarts itself with the malloc
+setting `python -m easylemur.train` uses on a CPU (easylemur/host.py); transformers runs with
+PyTorch's defaults. Each figure is the best
+round, since other work on a shared machine only ever slows a round down. The 1-minute load
+average is printed with every round. `matmul_ceiling_gflops` is this CPU's bf16 matmul rate
+(2048^3, float32 accumulation, through XLA) measured in the same run, after the rounds; each
 side's GFLOP/s uses the same FLOPs per token (easylemur.metrics.flops_per_token, MaxText's
 formula). The last line is one JSON object. Not a test: timings go here, never into assertions.
 """
@@ -21,14 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
+import tempfile
 import time
 from typing import Callable, Optional, Sequence
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from easylemur.errors import InputError, add_debug_flag, run_cli  # noqa: E402
+from easylemur.errors import InputError, RunError, add_debug_flag, run_cli  # noqa: E402
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -49,6 +58,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                     help="PyTorch compute: bfloat16 autocast (float32 master weights, like easylemur) or float32")
     ap.add_argument("--attention", default="auto", help="easylemur's model.attention")
     ap.add_argument("--loss-chunk", type=int, default=0, help="easylemur's train.loss_chunk (0: automatic)")
+    ap.add_argument("--worker", choices=["easylemur", "transformers"], help=argparse.SUPPRESS)
     add_debug_flag(ap)
     args = ap.parse_args(argv)
     for name in ("hidden", "layers", "heads", "kv_heads", "ff", "vocab", "seq", "batch", "steps", "repeats"):
@@ -60,24 +70,31 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
-def easylemur_step(args: argparse.Namespace) -> tuple[Callable[[], None], object]:
-    """(one train step, blocking; the model config) for easylemur, compiled and warmed up."""
+def model_config(args: argparse.Namespace):
+    """The easylemur LlamaConfig of the benchmarked shape."""
     import dataclasses
 
+    from easylemur.models.llama import PRESETS
+
+    return dataclasses.replace(
+        PRESETS["tiny"], vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff,
+        num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads, dtype=args.dtype,
+        max_position_embeddings=max(args.seq, 1024), attention=args.attention,
+    )
+
+
+def easylemur_step(args: argparse.Namespace) -> Callable[[], None]:
+    """One train step of easylemur, blocking, compiled and warmed up."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from easylemur.config import default_config
-    from easylemur.models.llama import PRESETS, init_params
+    from easylemur.models.llama import init_params
     from easylemur.optim import make_optimizer
     from easylemur.step import make_train_step
 
-    cfg = dataclasses.replace(
-        PRESETS["tiny"], vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff,
-        num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads, dtype=args.dtype,
-        max_position_embeddings=max(args.seq, 1024), attention=args.attention,
-    )
+    cfg = model_config(args)
     B, T = args.batch, args.seq
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
     tx, _ = make_optimizer(default_config().optimizer, 1000)
@@ -94,10 +111,10 @@ def easylemur_step(args: argparse.Namespace) -> tuple[Callable[[], None], object
         jax.block_until_ready(metrics["loss"])
 
     step()
-    return step, cfg
+    return step
 
 
-def transformers_step(args: argparse.Namespace, cfg) -> Callable[[], None]:
+def transformers_step(args: argparse.Namespace) -> Callable[[], None]:
     """One train step of transformers' Llama of the same shape in PyTorch, warmed up."""
     import numpy as np
     import torch
@@ -109,14 +126,14 @@ def transformers_step(args: argparse.Namespace, cfg) -> Callable[[], None]:
     opt = default_config().optimizer
     torch.manual_seed(0)
     hf = LlamaForCausalLM(HFConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+        max_position_embeddings=max(args.seq, 1024),
     ))
     hf.train()
     optim = torch.optim.AdamW(hf.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2), eps=opt.eps,
                               weight_decay=opt.weight_decay)
-    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (args.batch, args.seq))
+    ids = np.random.default_rng(0).integers(0, args.vocab, (args.batch, args.seq))
     tids = torch.as_tensor(ids, dtype=torch.long)
 
     def step() -> None:
@@ -138,21 +155,55 @@ def timed(step: Callable[[], None], steps: int) -> float:
     return time.perf_counter() - t
 
 
+def worker(args: argparse.Namespace) -> int:
+    """One timed round of one side, in its own process: build the step, warm it up, time
+    --steps steps, write the seconds they took as the last line of stdout."""
+    if args.worker == "easylemur":  # as `python -m easylemur.train` does on a CPU
+        from easylemur.host import restart_with_cpu_malloc
+
+        restart_with_cpu_malloc()
+    step = easylemur_step(args) if args.worker == "easylemur" else transformers_step(args)
+    step()  # a second warm-up step: the first leaves the heap laid out differently
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    seconds = timed(step, args.steps)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    print(seconds, faults / args.steps)
+    return 0
+
+
+def run_round(name: str, argv: list[str], env: dict) -> tuple[float, float]:
+    """(seconds, page faults per step) of --steps steps of `name` in a fresh worker process."""
+    import subprocess
+
+    run = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--worker", name], env=env,
+                         stdout=subprocess.PIPE, text=True)
+    lines = run.stdout.strip().splitlines()
+    if run.returncode or not lines:
+        raise RunError(f"the {name} worker exited with status {run.returncode} (its error is above)")
+    seconds, faults = lines[-1].split()
+    return float(seconds), float(faults)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.worker:
+        return worker(args)
+    cfg = model_config(args)
+    names = ["easylemur"] + ([] if args.only else ["transformers"])
+    tokens = args.batch * args.seq * args.steps
+    best = {name: 0.0 for name in names}
+    with tempfile.TemporaryDirectory(prefix="easylemur-bench-") as cache:
+        # easylemur's rounds after the first load its compiled step from this run's own cache
+        env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache)
+        for r in range(args.repeats):
+            for name in names:
+                seconds, faults = run_round(name, argv, env)
+                best[name] = max(best[name], tokens / seconds)
+                print(f"round {r + 1} {name:12s} {tokens / seconds:8.1f} tokens/s  {faults:9.0f} page faults/step  "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
     from easylemur.metrics import flops_per_token, measure_cpu_peak
 
-    ours, cfg = easylemur_step(args)
-    sides = {"easylemur": ours}
-    if args.only is None:
-        sides["transformers"] = transformers_step(args, cfg)
-    tokens = args.batch * args.seq * args.steps
-    best = {name: 0.0 for name in sides}
-    for r in range(args.repeats):
-        for name, step in sides.items():
-            rate = tokens / timed(step, args.steps)
-            best[name] = max(best[name], rate)
-            print(f"round {r + 1} {name:12s} {rate:8.1f} tokens/s  load {os.getloadavg()[0]:.2f}", flush=True)
     ceiling = measure_cpu_peak()
     flops = flops_per_token(cfg, args.seq)
     result = {
