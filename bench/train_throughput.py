@@ -12,10 +12,11 @@ user's run would be, the sides alternating, --repeats rounds of --steps steps ea
 warm-up steps (easylemur's compilation is not timed; its later rounds load the step from this
 run's compilation cache). One process per side for the whole run would not be fair on this VM:
 memory the idle side holds made the other side's page faults several times slower (transformers
-fell from ~1,600 to ~450 tokens/s beside an idle easylemur worker), and in one process the two
-frameworks' allocators disturb each other. easylemur's worker restarts itself with the malloc
-setting `python -m easylemur.train` uses on a CPU (easylemur/host.py); transformers runs with
-PyTorch's defaults. Each figure is the best
+fell from ~1,600 to ~450 tokens/s beside an idle easylemur worker that kept its heap), and in
+one process the two frameworks' allocators disturb each other. easylemur's worker restarts
+itself with the malloc setting `python -m easylemur.train` uses on a CPU (easylemur/host.py);
+transformers runs with PyTorch's defaults. Each round line gives the side's page faults per
+step, the figure to look at when a side's tokens/s moves between runs. Each figure is the best
 round, since other work on a shared machine only ever slows a round down. The 1-minute load
 average is printed with every round. `matmul_ceiling_gflops` is this CPU's bf16 matmul rate
 (2048^3, float32 accumulation, through XLA) measured in the same run, after the rounds; each
