@@ -3,6 +3,7 @@ TensorBoard, optional W&B; only process 0 writes), `due` and the train loop's `S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -10,7 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -161,38 +162,64 @@ class StepLogger:
     timing window for tokens/s and MFU, counts non-finite steps (or stops the run on one),
     writes a record every `log.every` steps, on the last step and on eval steps, and drives
     the progress bar. Every process runs it (the token counts are summed across processes);
-    only process 0 writes."""
+    only process 0 writes.
 
-    def __init__(self, cfg: Any, writer: MetricsWriter, model_cfg: LlamaConfig, lr_schedule: Callable,
-                 source_names: Sequence[str], *, start_step: int, nan_skips: int):
-        self.cfg, self.writer, self.lr_schedule = cfg, writer, lr_schedule
+    Timing (docs/design.md, "MFU"): a step ends when its metrics arrive; tokens/s covers the
+    wall time from the end of the window's first step to the end of its last, whole steps
+    only, less the host's side jobs in between while no step ran (eval, checkpoint saves:
+    `side_job()`), so frequent logging and saves in the window do not skew it."""
+
+    def __init__(self, cfg: Any, writer: MetricsWriter, model_cfg: LlamaConfig, source_names: Sequence[str], *,
+                 start_step: int, nan_skips: int):
+        self.cfg, self.writer = cfg, writer
         self.names = list(source_names)
         self.tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
         self.flops_per_token = flops_per_token(model_cfg, cfg.data.seq_len)
         self.peak, self.peak_how = peak_flops()
         self.nan_skips = nan_skips
         self.pending: Optional[tuple] = None  # (step, device metrics, token counts after it)
-        self.window_t: Optional[float] = None
-        self.window_steps = 0
+        self.window_t: Optional[float] = None  # when the window's first step ended
+        self.window_steps = 0  # steps ended since window_t
+        self.side_seconds = 0.0  # side jobs run since window_t
         self.last: dict = {}
         self.tokens: dict = {}
         self.progress = _progress(start_step, cfg.train.steps, jax.process_index() == 0)
 
     def push(self, step: int, metrics: dict, local_tokens: np.ndarray) -> None:
         """Takes the step just dispatched (its metrics still on device, and this process's
-        per-source token counts after its batch); finishes the step before it."""
-        self.flush()
+        per-source token counts after its batch); finishes the step before it, which the
+        device has run up to now: its end is the time its metrics arrive."""
+        self._finish()
         self.pending = (step, metrics, local_tokens)
 
     def flush(self, evaluate: Optional[Callable[[], float]] = None) -> None:
         """Finishes the pending step now (waiting for it); `evaluate` gives the eval loss of
         these weights for its record. Call before anything that must see the step's effects:
-        eval, a checkpoint, the end of the run."""
+        eval, a checkpoint, the end of the run. No step runs after it until the next push, so
+        the host's time from the step's end to here (eval, writing) is a side job."""
+        ended = self._finish(evaluate)
+        if ended is not None:
+            self.side_seconds += time.perf_counter() - ended
+
+    @contextlib.contextmanager
+    def side_job(self) -> Iterator[None]:
+        """Times work the loop does between steps with none running (a checkpoint save), so
+        that it is not counted as step time."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.side_seconds += time.perf_counter() - t
+
+    def _finish(self, evaluate: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """Waits for the pending step, counts it, writes its record when due; returns when the
+        step ended (None when nothing was pending)."""
         if self.pending is None:
-            return
+            return None
         step, m, local_tokens = self.pending
         self.pending = None
         m = jax.device_get(m)
+        ended = time.perf_counter()
         if not bool(m["finite"]):
             if self.cfg.train.nan_policy == "stop":
                 raise TrainingError(
@@ -201,26 +228,28 @@ class StepLogger:
                 )
             self.nan_skips += 1
             print(f"step {step}: non-finite loss, step skipped ({self.nan_skips} so far)", flush=True)
-        now = time.perf_counter()
         if self.window_t is None:  # the first step includes compilation: time from its end
-            self.window_t = now
+            self.window_t, self.side_seconds = ended, 0.0
         else:
             self.window_steps += 1
         self.last = {"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
         if due(step, self.cfg.log.every) or step == self.cfg.train.steps or evaluate is not None:
-            self._write(step, m, now, local_tokens, evaluate)
+            self._write(step, m, ended, local_tokens, evaluate)
         self.progress.update(1)
+        return ended
 
-    def _write(self, step: int, m: dict, now: float, local_tokens: np.ndarray,
+    def _write(self, step: int, m: dict, ended: float, local_tokens: np.ndarray,
                evaluate: Optional[Callable[[], float]]) -> None:
         from easylemur.sharding import process_sum
 
-        dt = now - self.window_t
+        dt = ended - self.window_t - self.side_seconds
         tps = self.tokens_per_step * self.window_steps / dt if self.window_steps and dt > 0 else float("nan")
         mfu = tps * self.flops_per_token / self.peak if math.isfinite(tps) else float("nan")
+        # the next window starts where this step ended: the step after it is already running
+        self.window_t, self.window_steps, self.side_seconds = ended, 0, 0.0
         self.tokens = dict(zip(self.names, (int(c) for c in process_sum(local_tokens))))
         record = {
-            "step": step, "loss": self.last["loss"], "learning_rate": float(self.lr_schedule(step)),
+            "step": step, "loss": self.last["loss"], "learning_rate": float(m["learning_rate"]),
             "grad_norm": self.last["grad_norm"], "trained_tokens": int(m["trained_tokens"]),
             "tokens_per_second": tps, "mfu": mfu, "nan_skips": self.nan_skips,
             **{f"tokens/{n}": self.tokens[n] for n in self.names},
@@ -229,7 +258,6 @@ class StepLogger:
             record["eval_loss"] = evaluate()
         self.writer.write(record)
         self.progress.set_postfix_str(f"loss {self.last['loss']:.4f} tok/s {tps:,.0f} mfu {mfu:.1%}", refresh=False)
-        self.window_t, self.window_steps = time.perf_counter(), 0  # eval and writing are not step time
 
     def close(self) -> None:
         self.progress.close()

@@ -42,8 +42,10 @@ def decay_mask(params: Any, decay_embeddings: bool = True) -> Any:
 
 
 def make_optimizer(opt: ConfigDict, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """(optimizer, schedule): step s (1-based) uses schedule(s), so the first step already
-    learns and the last one uses end_lr. optax counts updates from 0, hence the shift."""
+    """(optimizer, schedule): the n-th applied update (1-based) uses schedule(n), so the first
+    step already learns and the last one uses end_lr. optax counts updates from 0, hence the
+    shift. A skipped (non-finite) step applies nothing and does not advance the count, so after
+    k skips step s uses schedule(s - k): `applied_lr` reads the rate from the state itself."""
     lr = schedule(opt, total_steps)
     by_count = lambda count: lr(count + 1)
     parts = []
@@ -56,3 +58,13 @@ def make_optimizer(opt: ConfigDict, total_steps: int) -> tuple[optax.GradientTra
         )
     )
     return optax.chain(*parts), lr
+
+
+def applied_lr(opt_state: Any, lr: optax.Schedule) -> jax.Array:
+    """The learning rate the next update of `opt_state` applies: schedule(count + 1), with the
+    count of updates actually applied (the schedule's own counter in the optimizer state)."""
+    counts = [x.count for x in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
+              if isinstance(x, optax.ScaleByScheduleState)]
+    if len(counts) != 1:
+        raise ValueError(f"expected one schedule counter in the optimizer state, found {len(counts)}")
+    return lr(counts[0] + 1)

@@ -123,6 +123,7 @@ def resolve_run(cfg: ConfigDict, resume: Optional[checkpoint.Saved] = None) -> R
     restored as stored), otherwise init.from's or the preset's."""
     if resume is not None:
         saved = resume.model_config
+        check_resumed_architecture(cfg, saved, resume.step)
         run = model_config(cfg)
         kept = ("param_dtype", "scan_layers")
         model_cfg = dataclasses.replace(saved, **{k: getattr(run, k) for k in COMPUTE_FIELDS if k not in kept})
@@ -177,7 +178,7 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
             continue
         print(f"resumed from {resume.path}" + (f" (newer damaged steps skipped: {len(skipped)})" if skipped else ""),
               flush=True)
-        warn_changed_data(cfg, resume)
+        say_changed_settings(cfg, resume, spec.model_cfg)
         return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, step,
                    resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)))
     if skipped:
@@ -197,25 +198,79 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
     return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0)
 
 
+def check_resumed_architecture(cfg: ConfigDict, saved: LlamaConfig, step: int) -> None:
+    """A resumed run keeps its checkpoint's architecture: a config whose model differs (a preset
+    or a model.* key other than the compute options) is an error naming every key, never a
+    silently ignored override. With init.from the architecture came from the source, so only
+    the keys the config sets explicitly are compared."""
+    now = model_config(cfg)
+    explicit = {k for k in cfg.model if k != "preset"}
+    keys = [f.name for f in dataclasses.fields(LlamaConfig) if f.name not in COMPUTE_FIELDS]
+    if cfg.init["from"]:
+        keys = [k for k in keys if k in explicit]
+    elif "vocab_size" not in explicit:
+        keys.remove("vocab_size")  # a fresh run's vocabulary follows its tokenizer, stored with the checkpoint
+    changed = []
+    for k in keys:
+        a, b = getattr(saved, k), getattr(now, k)
+        if k == "vocab_size" and cfg.train.extend_vocab and b < a:
+            continue  # grown at the start (train.extend_vocab): the checkpoint holds the grown vocabulary
+        if a != b:
+            changed.append(f"model.{k}={b} (checkpoint: {a})")
+    if changed:
+        raise ConfigError(
+            f"resuming step {step} of {cfg.workdir}: the config's model differs from the checkpoint's "
+            f"({'; '.join(changed)}); a resumed run keeps its architecture: drop the override, or train it in a new "
+            "workdir with init.from set to this checkpoint")
+
+
 # What decides the order of the data: a resumed run that changes one of these continues, but
 # its batches are not the ones the original run would have seen.
 DATA_ORDER_KEYS = ("seed", "train.batch_size", "data.seq_len", "data.shards", "data.sources")
+# What the optimizer applies from the resumed step on: a change takes effect (the schedule is
+# evaluated at the optimizer's own count), and is said.
+OPTIMIZER_KEYS = ("optimizer", "train.steps", "train.grad_accum", "train.z_loss")
 
 
-def warn_changed_data(cfg: ConfigDict, resume: checkpoint.Saved) -> None:
-    """Says which data-order settings differ from the checkpoint's run config, if any."""
-    saved = resume.meta.get("config")
-    if not saved or jax.process_index() != 0:
+def say_changed_settings(cfg: ConfigDict, resume: checkpoint.Saved, model_cfg: LlamaConfig) -> None:
+    """One line per kind of setting that differs from the checkpoint's run: data order (the
+    batches differ from the original run's from here on), optimizer and schedule (applied),
+    compute options (applied; param_dtype and scan_layers stay the checkpoint's)."""
+    if jax.process_index() != 0:
         return
-    now = cfg.to_dict()
-    changed = []
-    for key in DATA_ORDER_KEYS:
+    saved, now = resume.meta.get("config"), cfg.to_dict()
+    if saved:
+        data = _changes(saved, now, DATA_ORDER_KEYS)
+        if data:
+            print(f"warning: resuming step {resume.step} with changed data settings ({data}): the data order "
+                  "differs from the original run's from here on", flush=True)
+        opt = _changes(saved, now, OPTIMIZER_KEYS)
+        if opt:
+            print(f"resuming step {resume.step} with changed optimizer settings ({opt}): applied from step "
+                  f"{resume.step + 1} on", flush=True)
+    stored, asked = resume.model_config, model_config(cfg)
+    compute = [f"model.{k} {getattr(stored, k)} -> {getattr(model_cfg, k)}" for k in COMPUTE_FIELDS
+               if getattr(stored, k) != getattr(model_cfg, k)]
+    kept = [f"model.{k}={getattr(asked, k)}" for k in ("param_dtype", "scan_layers")
+            if getattr(asked, k) != getattr(stored, k) and k in cfg.model]
+    if compute:
+        print(f"resuming step {resume.step} with changed compute options ({'; '.join(compute)}): applied", flush=True)
+    if kept:
+        print(f"resuming step {resume.step}: {', '.join(kept)} ignored: the state is restored as stored "
+              f"(param_dtype {stored.param_dtype}, scan_layers {stored.scan_layers})", flush=True)
+
+
+def _changes(saved: dict, now: dict, keys: tuple) -> str:
+    """'key old -> new; ...' for the leaves under `keys` that differ between two run configs."""
+    out = []
+    for key in keys:
         a, b = _get(saved, key), _get(now, key)
-        if a != b:
-            changed.append(f"{key} {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}")
-    if changed:
-        print(f"warning: resuming step {resume.step} with changed data settings ({'; '.join(changed)}): the data "
-              "order differs from the original run's from here on", flush=True)
+        if isinstance(a, dict) and isinstance(b, dict) and key != "data.sources":
+            out += [f"{key}.{k} {json.dumps(a.get(k), default=str)} -> {json.dumps(b.get(k), default=str)}"
+                    for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif a != b:
+            out.append(f"{key} {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}")
+    return "; ".join(out)
 
 
 def _get(d: dict, dotted: str) -> Any:

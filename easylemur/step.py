@@ -10,7 +10,7 @@ and divided once.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +22,7 @@ from easylemur.config import ConfigError
 from easylemur.data import batch as batch_layout
 from easylemur.loss import head_loss_sum
 from easylemur.models.llama import Llama, LlamaConfig, param_shardings, param_specs
-from easylemur.optim import make_optimizer
+from easylemur.optim import applied_lr, make_optimizer
 
 
 def lm_head_kernel(params: dict, cfg: LlamaConfig) -> jax.Array:
@@ -53,8 +53,10 @@ def micro_batches(batch: dict, n: int) -> dict:
 
 
 def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformation, grad_accum: int, z_loss: float,
-                    loss_chunk: int = 0) -> Callable:
-    """(state, batch) -> (state, metrics): loss, grad_norm, finite, trained_tokens."""
+                    loss_chunk: int = 0, lr_schedule: Optional[optax.Schedule] = None) -> Callable:
+    """(state, batch) -> (state, metrics): loss, grad_norm, finite, trained_tokens, and with
+    `lr_schedule` (tx's schedule) learning_rate: the rate this step's update applies, read from
+    the optimizer's count (skipped steps do not advance it)."""
     grad_fn = jax.value_and_grad(loss_sum_fn(model_cfg, mesh, z_loss, loss_chunk), has_aux=True)
 
     def step(state, batch):
@@ -84,7 +86,10 @@ def make_train_step(model_cfg: LlamaConfig, mesh, tx: optax.GradientTransformati
             finite, lambda: {"params": new_params, "opt_state": new_opt},
             lambda: {"params": params, "opt_state": state["opt_state"]},
         )
-        return new_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite, "trained_tokens": n}
+        metrics = {"loss": loss, "grad_norm": grad_norm, "finite": finite, "trained_tokens": n}
+        if lr_schedule is not None:
+            metrics["learning_rate"] = applied_lr(state["opt_state"], lr_schedule)
+        return new_state, metrics
 
     return step
 
@@ -172,7 +177,8 @@ def build_train_step(cfg: ConfigDict, model_cfg: LlamaConfig, mesh) -> TrainStep
     param_sh = param_shardings(model_cfg, mesh)
     shapes, _ = param_specs(model_cfg)
     state_abs, state_sh = abstract_state(shapes, tx, param_sh, mesh)
-    step = make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss, cfg.train.loss_chunk)
+    step = make_train_step(model_cfg, mesh, tx, cfg.train.grad_accum, cfg.train.z_loss, cfg.train.loss_chunk,
+                           lr_schedule)
     fn = jax.jit(step, in_shardings=(state_sh, batch_layout.shardings(mesh)), out_shardings=(state_sh, None),
                  donate_argnums=(0,))
     return TrainStep(model_cfg, tx, lr_schedule, state_abs, state_sh, fn)

@@ -64,8 +64,8 @@ def train(cfg: ConfigDict) -> dict:
         eval_fn = build_eval_step(cfg, run.model_cfg, mesh)
         writer = MetricsWriter(workdir, cfg.log.wandb_project, cfg.to_dict(), resume_step=run.start_step)
         run_scope.callback(writer.close)
-        logger = StepLogger(cfg, writer, run.model_cfg, run.train_step.lr_schedule, data.source_names,
-                            start_step=run.start_step, nan_skips=run.nan_skips)
+        logger = StepLogger(cfg, writer, run.model_cfg, data.source_names, start_step=run.start_step,
+                            nan_skips=run.nan_skips)
         run_scope.callback(logger.close)
         if jax.process_index() == 0:
             print(
@@ -88,9 +88,10 @@ def train(cfg: ConfigDict) -> dict:
                 last = step == cfg.train.steps
                 if due(step, cfg.checkpoint.every) or last or stopping:
                     logger.flush()
-                    checkpoint.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
-                                        data_state=data.get_state(), nan_skips=logger.nan_skips,
-                                        config=cfg.to_dict(), force=last or stopping)
+                    with logger.side_job():  # not step time (tokens/s)
+                        checkpoint.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
+                                            data_state=data.get_state(), nan_skips=logger.nan_skips,
+                                            config=cfg.to_dict(), force=last or stopping)
                 if stopping:
                     checkpoint.check_save_errors(mngr, wait=True)
                     print(f"stopped: saved step {step} in {workdir / 'checkpoints'}; run the same command to resume",

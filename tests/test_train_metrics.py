@@ -1,0 +1,87 @@
+"""What metrics.jsonl and the console say is true: tokens/s over whole steps at any logging
+rate, the learning rate the optimizer applied (after skipped steps too), and a resume that
+says what changed (or refuses an architecture it cannot keep)."""
+
+import json
+import shutil
+import statistics
+import subprocess
+import time
+
+from easylemur.config import load_config
+from easylemur.optim import make_optimizer
+from train_run import ROOT, cmd, env, main
+
+
+def test_tokens_per_second_at_log_every_1_is_tokens_per_step_over_the_steps_wall_time(tmp_path):
+    """Each record is written as soon as its step's metrics arrive, so the time between two
+    records' appearance is the wall time of a step. The logged rate must agree with it (the
+    old window started after writing, mid-step, and logged 30-2000x the real rate)."""
+    workdir = tmp_path / "w"
+    steps, batch, seq = 14, 8, 256
+    o = ["log.every=1", f"train.steps={steps}", "checkpoint.every=5", f"train.batch_size={batch}",
+         f"data.seq_len={seq}", "model.hidden_size=256", "model.intermediate_size=768", "model.num_heads=4",
+         "model.num_kv_heads=4", "model.num_layers=4"]
+    proc = subprocess.Popen(cmd(workdir, o), cwd=ROOT, env=env(1), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    metrics, seen, appeared = workdir / "metrics.jsonl", 0, {}
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            lines = metrics.read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        now = time.perf_counter()
+        for line in lines[seen:]:
+            if line.endswith("}"):
+                appeared[json.loads(line)["step"]] = now
+                seen += 1
+        time.sleep(0.002)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    rows = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}
+    assert sorted(rows) == list(range(1, steps + 1))
+    # step 1 includes compilation; the last record is written at the end, not one step late
+    ratios = [rows[s]["tokens_per_second"] / (batch * seq / (appeared[s] - appeared[s - 1]))
+              for s in range(3, steps) if s in appeared and s - 1 in appeared]
+    assert len(ratios) >= steps - 5, appeared
+    # saves (every 5 steps) fall between two records but are not step time: the median holds
+    assert 0.8 <= statistics.median(ratios) <= 1.2, ratios
+    assert all(0 < rows[s]["mfu"] < 1 for s in range(2, steps + 1)), [rows[s]["mfu"] for s in rows]
+
+
+def test_logged_learning_rate_is_the_applied_one_after_skipped_steps(tmp_path, capsys):
+    """A skipped (non-finite) step applies nothing and does not advance the optimizer's count,
+    so after k skips step s applies schedule(s - k); that is what metrics.jsonl must say."""
+    o = ["train.steps=6", "checkpoint.every=100", "optimizer.lr=1e30", "optimizer.clip_norm=0.0",
+         "optimizer.warmup_steps=4", "optimizer.schedule=linear", "train.nan_policy=skip"]
+    rc, out, err = main(capsys, tmp_path / "w", o)
+    assert rc == 0, out[-2000:] + err[-2000:]
+    rows = [json.loads(l) for l in (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[-1]["nan_skips"] >= 2, rows  # the test is about skips: there must be some
+    _, lr = make_optimizer(load_config("configs/tiny_pretrain.py", o).optimizer, 6)
+    skips_before = 0
+    for r in rows:
+        skipped = r["nan_skips"] - skips_before
+        applied = float(lr(r["step"] - skips_before))  # count = step - 1 - skips_before
+        assert abs(r["learning_rate"] - applied) <= 1e-6 * applied, (r, applied, skipped)
+        skips_before = r["nan_skips"]
+
+
+def test_resume_refuses_a_changed_architecture_and_announces_a_changed_optimizer(tmp_path, capsys, reference_run):
+    w = tmp_path / "w"
+    shutil.copytree(reference_run, w)
+    # the reference run ended at step 30; raise steps so a resume has steps to run
+    rc, out, err = main(capsys, w, ["train.steps=31", "checkpoint.every=6", "model.num_layers=3"])
+    assert rc == 2, out[-2000:] + err[-2000:]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: resuming step 30") and "model.num_layers=3 (checkpoint: 2)" in line, err
+
+    rc, out, err = main(capsys, w, ["train.steps=31", "checkpoint.every=6", "optimizer.lr=0.5"])
+    assert rc == 0, out[-2000:] + err[-2000:]
+    said = [l for l in out.splitlines() if "changed optimizer settings" in l]
+    assert len(said) == 1 and "optimizer.lr 0.003 -> 0.5" in said[0] and "train.steps 30 -> 31" in said[0], out
+    assert "applied from step 31" in said[0]
+    rows = [json.loads(l) for l in (w / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 31
