@@ -60,3 +60,19 @@ def reference_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("reference") / "run"
     run(workdir, REFERENCE)
     return workdir
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checkout_runs_untouched():
+    """No test may write under the checkout's runs/ (the demo's runs live there; a test that
+    resumed or overwrote them would pass or fail by what was run before it)."""
+
+    def listing() -> dict:
+        runs = ROOT / "runs"
+        return {str(p): p.stat().st_mtime_ns for p in runs.rglob("*")} if runs.is_dir() else {}
+
+    before = listing()
+    yield
+    after = listing()
+    changed = sorted(set(before) ^ set(after) | {p for p in before if p in after and before[p] != after[p]})
+    assert not changed, f"tests wrote under {ROOT / 'runs'}: {changed[:5]}"

@@ -17,13 +17,16 @@ from easylemur.errors import InputError
 from easylemur.metrics import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
+NO_RUN = "/nonexistent/easylemur-test-workdir"  # no checkpoint to resume: the model is the config's
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="AOT compilation for TPU needs libtpu (pip install 'easylemur[tpu]')")
 
 
 def _aot(*args: str) -> tuple[int, dict]:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-    p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", "configs/lemur_70b_pretrain.py", *args],
+    # a workdir of its own: the config's relative runs/ may hold a real run (the demo's) to resume
+    p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", "configs/lemur_70b_pretrain.py",
+                        f"--config.workdir={NO_RUN}", *args],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     assert lines, p.stdout[-2000:] + p.stderr[-3000:]
@@ -56,7 +59,7 @@ def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
     assert out["hbm_bytes_per_device"] == 30.75 * GiB  # as the compiler states it
     assert out["headroom"] >= 0.35 and out["peak_bytes_per_device"] <= 0.65 * out["hbm_bytes_per_device"], out
     assert out["model_from"].startswith("preset 'llama2_70b'")  # init.from's weights are not on this machine
-    cfg = load_config("configs/lemur_70b_pretrain.py", [])
+    cfg = load_config("configs/lemur_70b_pretrain.py", [f"workdir={NO_RUN}"])
     model_cfg, _ = run_model_config(cfg)
     assert out["flops_per_device_per_step"] == flops_per_token(model_cfg, 4096) * 512 * 4096 / 256
     rc, out = _aot("--accelerator", "v4-512", "--config.mesh=data:1,fsdp:64,tensor:4")
@@ -79,11 +82,12 @@ def test_aot_compiles_the_model_train_resolves(tmp_path):
     from hf_models import make_hf_model
 
     make_hf_model(vocab_size=4000).save_pretrained(tmp_path / "hf")
-    cfg = load_config("configs/tiny_chat.py", [f"init.from={tmp_path / 'hf'}", f"data.tokenizer={DEFAULT_TOKENIZER_PATH}",
-                                              "train.extend_vocab=true", "model.remat=full"])
+    cfg = load_config("configs/tiny_chat.py", [f"workdir={tmp_path / 'w'}", f"init.from={tmp_path / 'hf'}",
+                                              f"data.tokenizer={DEFAULT_TOKENIZER_PATH}", "train.extend_vocab=true",
+                                              "model.remat=full"])
     model_cfg, source = run_model_config(cfg)
     assert (model_cfg.hidden_size, model_cfg.vocab_size, model_cfg.remat) == (64, 4096, "full")
     assert source == f"init.from={tmp_path / 'hf'}"
-    missing = load_config("configs/tiny_chat.py", [f"init.from={tmp_path / 'nothing'}"])
+    missing = load_config("configs/tiny_chat.py", [f"workdir={tmp_path / 'w'}", f"init.from={tmp_path / 'nothing'}"])
     model_cfg, source = run_model_config(missing)
     assert model_cfg.hidden_size == 128 and source.startswith("preset 'tiny'")
