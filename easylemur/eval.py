@@ -6,8 +6,9 @@ with every generated program run in the sandbox.
     python -m easylemur.eval humaneval --samples samples.jsonl --out eval/he_samples
 
 Writes DIR/samples.jsonl (`task_id`, `completion`: the code that was checked) and
-DIR/results.jsonl (`task_id`, `completion_id`, `passed`, `result`); the last stdout line is
-{"pass@1": ..., "n": ..., "problems": ...}.
+DIR/results.jsonl (`task_id`, `completion_id`, `passed`, `result`: "passed", "timed out" or
+"failed: <reason>", worded by the sandbox's checker, never the program's output); the last
+stdout line is {"pass@1": ..., "n": ..., "problems": ...}.
 """
 
 from __future__ import annotations
@@ -134,9 +135,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--mesh", default=None, help="shard the model, e.g. 'data:1,fsdp:1,tensor:-1'")
     parser.add_argument("--workers", type=int, default=0, help="programs run in parallel (default: the core count)")
     parser.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per program")
-    parser.add_argument("--memory-mb", type=int, default=2048, help="address-space limit per program")
+    parser.add_argument("--memory-mb", type=int, default=2048,
+                        help="memory budget per program: its address space plus its /tmp and /dev/shm (80 MiB)")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
-                        help="run generated code without bubblewrap (rlimits and timeouts only)")
+                        help="run generated code without bubblewrap (checker process, rlimits and timeouts only: "
+                             "a hostile program can read your files and forge a pass)")
     parser.add_argument("--out", required=True, help="directory for samples.jsonl and results.jsonl")
     parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
     add_debug_flag(parser)

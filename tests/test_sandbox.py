@@ -1,18 +1,25 @@
 """Hostile generated code run through the evaluation sandbox: it fails, the host's files stay
-as they were, no socket is reached, and no process is left behind."""
+as they were, no socket is reached, no process is left behind, nothing of the host's environment
+or files is visible, the tmpfs mounts are capped, and honest results cross the checker's pipe
+intact."""
 
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
+import json
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 
-from easylemur.evaluation.sandbox import PASSED, TIMED_OUT, Sandbox, SandboxUnavailable, run_programs
+from easylemur.errors import run_cli
+from easylemur.eval import main
+from easylemur.evaluation.sandbox import PASSED, TIMED_OUT, Job, Sandbox, SandboxUnavailable, run_programs
 
 # Without bwrap on PATH these tests cannot run; a bwrap that is present but unusable fails them.
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -126,3 +133,110 @@ def test_unsafe_mode_still_times_out(tmp_path):
         sb.check()
     assert sb.python == sys.executable
     assert run_programs(["assert True", "while True: pass"], sb, workers=2) == [PASSED, TIMED_OUT]
+
+
+@pytest.fixture
+def canaries(monkeypatch):
+    """A secret in the eval process's environment and in a file under its working directory
+    (the checkout), where the old sandbox let a program read both."""
+    secret = f"canary{uuid.uuid4().hex}"
+    monkeypatch.setenv("EASYLEMUR_CANARY", secret)
+    path = Path.cwd() / f".easylemur-canary-{uuid.uuid4().hex}"
+    path.write_text(secret)
+    # a host process started with the secret in its environment, as a token would be
+    holder = subprocess.Popen(["sleep", "60"], env=dict(os.environ))
+    try:
+        yield secret, path
+    finally:
+        holder.kill()
+        holder.wait()
+        path.unlink()
+
+
+def _leak_probes(path: Path) -> list[str]:
+    """Programs that fail when they find something of the host's."""
+    return [
+        # every process's environment, pid 1 (the checker) included
+        "import os\nfound = []\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n        try:\n"
+        "            data = open('/proc/%s/environ' % p, 'rb').read()\n        except OSError:\n            continue\n"
+        "        if b'EASYLEMUR_CANARY' in data:\n            found.append(p)\nassert not found, found",
+        # the canary file under the host's working directory
+        f"try:\n    data = open({str(path)!r}).read()\nexcept OSError:\n    data = ''\nassert 'canary' not in data",
+        f"import os\nassert not [d for d in ('/work', '/home', '/root', {str(Path.cwd())!r}, {str(Path.home())!r}) "
+        "if os.path.exists(d)]",
+        "import os\nassert 'EASYLEMUR_CANARY' not in os.environ and os.path.expanduser('~') == os.environ['HOME']\n"
+        "assert not [f for f in os.listdir(os.environ['HOME']) if 'canary' in f]",
+    ]
+
+
+def test_program_sees_no_host_environment_files_or_processes(sandbox, canaries):
+    secret, path = canaries
+    probes = _leak_probes(path)
+    # the interpreter and its standard library are there, read-only
+    sees_stdlib = ("import os, json\nassert os.path.isfile(os.__file__)\ntry:\n    open(os.__file__, 'a')\n"
+                   "except OSError:\n    pass\nelse:\n    raise AssertionError('writable')")
+    assert run_programs(probes + [sees_stdlib], sandbox, workers=2) == [PASSED] * (len(probes) + 1)
+    # the same probes find the canaries when nothing confines them: they do look
+    unsafe = Sandbox(timeout=5.0, unsafe_no_sandbox=True)
+    with pytest.warns(UserWarning, match="WITHOUT a sandbox"):
+        unsafe.check()
+    assert run_programs(probes[:2], unsafe, workers=2) == ["failed: AssertionError"] * 2
+
+
+def test_canaries_never_reach_results(tmp_path, capsys, canaries):
+    """What a program prints or raises never becomes a result, even where it could read the secret."""
+    secret, path = canaries
+    grab = (f"    import os, sys\n    s = os.environ.get('EASYLEMUR_CANARY', '')\n    for p in os.listdir('/proc'):\n"
+            f"        try:\n            s += open('/proc/%s/environ' % p).read()\n        except Exception:\n            pass\n"
+            f"    try:\n        s += open({str(path)!r}).read()\n    except OSError:\n        pass\n"
+            f"    s = ''.join(c for c in s if c.isalnum())\n")
+    completions = [grab + "    sys.stderr.write('bwrap: ' + s + '\\n')\n    sys.exit(1)\n",
+                   grab + "    raise ValueError(s)\n",
+                   grab + "    raise type(s or 'nothing', (Exception,), {})()\n",
+                   grab + "    return s\n"]
+    samples = tmp_path / "s.jsonl"
+    samples.write_text("".join(json.dumps({"task_id": "HumanEval/0", "completion": c}) + "\n" for c in completions))
+    for name, extra in (("sandboxed", []), ("unsafe", ["--unsafe-no-sandbox"])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert run_cli(main, ["humaneval", "--samples", str(samples), "--out", str(tmp_path / name), *extra]) == 0
+        text = (tmp_path / name / "results.jsonl").read_text()
+        assert secret not in text and "bwrap" not in text, text
+        assert [json.loads(l)["result"] for l in text.splitlines()] == [
+            "failed: SystemExit", "failed: ValueError",
+            "failed: the candidate raised an exception of its own class", "failed: AssertionError"]
+    capsys.readouterr()
+
+
+def test_tmpfs_mounts_are_capped_within_the_memory_budget():
+    sb = Sandbox(timeout=5.0, memory_bytes=1 << 30, tmp_bytes=8 << 20, shm_bytes=4 << 20, file_bytes=2 << 20)
+    fill = "for i in range(64):\n    with open('{d}/f%d' % i, 'wb') as f:\n        f.write(b'x' * (1 << 20))"
+    fits = "for i in range(2):\n    with open('/dev/shm/f%d' % i, 'wb') as f:\n        f.write(b'x' * (1 << 20))"
+    limit = f"import resource\nassert resource.getrlimit(resource.RLIMIT_AS)[0] == {(1 << 30) - (12 << 20)}"
+    assert run_programs([fill.format(d="/dev/shm"), fill.format(d="/tmp"), fits, limit], sb, workers=2) == [
+        "failed: OSError", "failed: OSError", PASSED, PASSED]
+
+
+def test_results_cross_the_checker_pipe_as_they_are(sandbox):
+    """Honest candidates pass: exact types, NaN, big ints, mutations of arguments, generators,
+    objects passed back in, and exceptions a test expects; and a call that never returns still
+    times out."""
+    code = ("def f(xs, *, scale=1):\n    xs.append(len(xs))\n"
+            "    return (1, [2.5, -0.0], {3, 4}, {'b': 1, 'a': 2}, 10 ** 40, b'\\x00', 1j, None, True, float('nan'))\n"
+            "def g(n):\n    yield from range(n)\n"
+            "class P:\n    def __init__(self, v):\n        self.v = v\n"
+            "def total(ps):\n    return sum(p.v for p in ps)\n"
+            "def bad(x):\n    raise ValueError(x)\n"
+            "def forever():\n    while True:\n        pass\n")
+    tests = ("xs = [7]\nr = f(xs, scale=2)\nassert xs == [7, 1]\n"
+             "assert r[:9] == (1, [2.5, -0.0], {3, 4}, {'b': 1, 'a': 2}, 10 ** 40, b'\\x00', 1j, None, True)\n"
+             "assert type(r) is tuple and type(r[1]) is list and list(r[3]) == ['b', 'a'] and r[9] != r[9]\n"
+             "assert str(r[1][1]) == '-0.0' and r[8] is True\n"
+             "assert list(g(3)) == [0, 1, 2] and P(1) != P(1)\nassert total([P(2), P(3)]) == 5\n"
+             "try:\n    bad(1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError\n")
+    # the checker (pid 1) outlives every signal the candidate sends it
+    kill = ("import os\ndef f():\n    for s in (2, 15, 9, 1, 3, 10):\n        try:\n            os.kill(1, s)\n"
+            "        except OSError:\n            pass\n    return 1\n")
+    jobs = [Job(code=code, tests=tests), Job(code=code, tests="forever()"), Job(code=code, tests="assert P(1)"),
+            Job(code=kill, tests="assert f() == 1\nimport time\ntime.sleep(0.2)")]
+    assert run_programs(jobs, sandbox, workers=2) == [PASSED, TIMED_OUT, "failed: TypeError", PASSED]

