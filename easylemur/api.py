@@ -18,6 +18,23 @@ from easylemur.models.llama import Llama, LlamaConfig
 Messages = Sequence[Mapping[str, str]]
 
 
+def check_text(text: str, what: str) -> str:
+    """`text` itself when it is text the tokenizer can take; an InputError naming `what` and
+    the first bad character otherwise. A lone surrogate is not text: Python makes undecodable
+    bytes (argv, stdin, files opened with errors="surrogateescape") into U+DC80..U+DCFF, and
+    sentencepiece fails on any surrogate with an opaque cast error."""
+    if not isinstance(text, str):
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        bad = (f"the undecodable byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
+               else f"a lone surrogate U+{code:04X}")
+        raise InputError(f"{what}: not UTF-8 text ({bad} at character {e.start}); give UTF-8 text") from None
+    return text
+
+
 @dataclasses.dataclass
 class LoadedModel:
     config: LlamaConfig
@@ -100,6 +117,8 @@ class LoadedModel:
         tok = self._tok()
         single = isinstance(prompts, str)
         texts = [prompts] if single else list(prompts)
+        for i, t in enumerate(texts):
+            check_text(t, "prompt" if single else f"prompt {i}")
         out = self._decode_texts([[tok.bos_id] + tok.encode(t) for t in texts], max_new_tokens, stop, stream, **opts)
         return out[0] if single else out
 
@@ -120,6 +139,11 @@ class LoadedModel:
             batch, single = [list(conversations)], True
         else:
             batch, single = [list(c) for c in conversations], False
+        for i, conversation in enumerate(batch):
+            for j, message in enumerate(conversation):
+                where = (f"conversation {i}, " if not single else "") + f"message {j}"
+                check_text(message.get("content", "") if isinstance(message, Mapping) else message, where)
+        check_text(assistant_prefix, "assistant_prefix")
         prefix = tok.encode(assistant_prefix, continuation=True) if assistant_prefix else []
         ids = [render_prompt(c, tok) + prefix for c in batch]
         out = self._decode_texts(ids, max_new_tokens, stop, stream, **opts)

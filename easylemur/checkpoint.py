@@ -146,24 +146,31 @@ def check_save_errors(mngr: ocp.CheckpointManager, wait: bool = False) -> None:
         raise CheckpointSaveError(_save_failure(mngr, e)) from e
 
 
-def _save_failure(mngr: ocp.CheckpointManager, e: BaseException) -> str:
-    """One line: where, the root cause (the OS's words where the writer reports an OS error),
-    and which step is safe. (A failure of an async save surfaces at a later call, so the step
-    being saved then is not necessarily the one that failed: the directory is named.)"""
+def write_failure_cause(e: BaseException) -> str:
+    """The root cause of a failed write, one line: the OS's words and errno first where the
+    writer reports an OS error (tensorstore carries it inside its own error, e.g. ENOSPC as
+    `RESOURCE_EXHAUSTED: ... [os_error_code='28']`), then the error's start."""
     cause = e
     while cause.__cause__ is not None or cause.__context__ is not None:
         cause = cause.__cause__ or cause.__context__
     text = brief(cause, 200)
     code = re.search(r"os_error_code='?(\d+)", str(cause))  # tensorstore's way of carrying errno
-    if isinstance(cause, OSError) and cause.errno:
-        text = f"{os.strerror(cause.errno)} [errno {cause.errno}] ({text})"
-    elif code:
-        text = f"{os.strerror(int(code.group(1)))} [errno {code.group(1)}] ({text})"
     # orbax's write tasks still hold the same error; asyncio would dump each of them at exit,
     # after (and burying) the one line that reports it
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    if isinstance(cause, OSError) and cause.errno:
+        return f"{os.strerror(cause.errno)} [errno {cause.errno}]" + (f" ({cause.filename})" if cause.filename else "")
+    if code:
+        return f"{os.strerror(int(code.group(1)))} [errno {code.group(1)}] ({text})"
+    return text
+
+
+def _save_failure(mngr: ocp.CheckpointManager, e: BaseException) -> str:
+    """One line: where, the root cause (the OS's words where the writer reports an OS error),
+    and which step is safe. (A failure of an async save surfaces at a later call, so the step
+    being saved then is not necessarily the one that failed: the directory is named.)"""
     newest = mngr.all_steps()
-    return (f"saving a checkpoint in {as_path(mngr.directory)} failed: {text}; "
+    return (f"saving a checkpoint in {as_path(mngr.directory)} failed: {write_failure_cause(e)}; "
             + (f"the newest complete checkpoint is step {max(newest)}" if newest else "no checkpoint was saved"))
 
 
@@ -193,13 +200,16 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params: Any, abstra
 class Saved:
     """One checkpoint step and its meta, read once: what `read_meta` and `read_step` return."""
 
-    directory: epath.Path  # the checkpoints/ directory
+    directory: epath.Path  # the checkpoints/ directory (for a lone step folder: the folder it sits in)
     step: int
     meta: dict
+    # a step folder not named by its step (copied or renamed out of a checkpoints/ directory,
+    # e.g. X/step30): read on its own, not through a manager of `directory`
+    step_dir: Optional[epath.Path] = None
 
     @property
     def path(self) -> epath.Path:
-        return self.directory / str(self.step)
+        return self.step_dir if self.step_dir is not None else self.directory / str(self.step)
 
     @property
     def model_config(self) -> LlamaConfig:
@@ -247,8 +257,11 @@ def move_aside(mngr: ocp.CheckpointManager, step: int) -> epath.Path:
 
 
 def read_meta(path: str | Path, step: int | None = None) -> Saved:
-    """The meta of a workdir's newest checkpoint (or `step`), a checkpoints dir or a step dir;
-    a checkpoint without a model config is an error naming it."""
+    """The meta of a workdir's newest checkpoint (or `step`), a checkpoints dir or a step dir
+    (under any name: `is_step_dir`); a checkpoint without a model config is an error naming it."""
+    folder = as_path(path)
+    if not folder.name.isdigit() and not (folder / "checkpoints").is_dir() and is_step_dir(folder):
+        return _read_step_folder(folder, step)
     directory, step = resolve(path, step)
     mngr = manager(directory, async_save=False)
     try:
@@ -260,8 +273,48 @@ def read_meta(path: str | Path, step: int | None = None) -> Saved:
     return Saved(directory, step, meta)
 
 
+def is_step_dir(path: str | Path) -> bool:
+    """Whether `path` is one checkpoint step folder, judged by its contents (an orbax step
+    holding a `meta` item), not by its name: a step copied elsewhere keeps its contents, not
+    necessarily its number."""
+    path = as_path(path)
+    return (path / "meta").is_dir() and (path / "params").is_dir()
+
+
+def _read_step_folder(path: epath.Path, step: int | None) -> Saved:
+    """A step folder whose name is not its step number; the step is the one its meta records."""
+    ckptr = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+    try:
+        meta = ckptr.restore(path, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    except Exception as e:
+        raise CheckpointError(f"{path / 'meta'}: unreadable ({brief(e)}); not an easylemur checkpoint step") from e
+    finally:
+        ckptr.close()
+    if not isinstance(meta, dict) or "model" not in meta or not isinstance(meta.get("step"), int):
+        raise CheckpointError(f"{path / 'meta'}: no easylemur meta (a step and a model config were expected)")
+    if step is not None and step != meta["step"]:
+        raise CheckpointError(f"{path} is step {meta['step']}, but step {step} was asked for")
+    return Saved(path.parent, meta["step"], meta, step_dir=path)
+
+
+def _restore_items(saved: Saved, args: ocp.args.Composite) -> Any:
+    """Restores the items `args` names from the step `saved` describes."""
+    if saved.step_dir is not None:
+        ckptr = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        try:
+            return ckptr.restore(saved.step_dir, args=args)
+        finally:
+            ckptr.close()
+    mngr = manager(saved.directory, async_save=False)
+    try:
+        return mngr.restore(saved.step, args=args)
+    finally:
+        mngr.close()
+
+
 def resolve(path: str | Path, step: int | None = None) -> tuple[Path, int]:
-    """(checkpoints directory, step) for a workdir, a checkpoints dir or a step dir."""
+    """(checkpoints directory, step) for a workdir, a checkpoints dir or a step dir named by its
+    step (`read_meta` reads a step folder of any other name)."""
     path = as_path(path)
     if (path / "checkpoints").is_dir():
         path = path / "checkpoints"
@@ -300,11 +353,8 @@ def load_params(src: "Saved | str | Path", step: int | None = None, shardings: A
     saved = src if isinstance(src, Saved) else read_meta(src, step)
     saved_cfg = saved.model_config
     pdt = overrides.get("param_dtype", saved_cfg.param_dtype)
-    mngr = manager(saved.directory, async_save=False)
-    try:
-        params, _ = restore(mngr, saved.step, abstract_params(saved_cfg, shardings))
-    finally:
-        mngr.close()
+    restore_args = ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params(saved_cfg, shardings)))
+    params = _restore_items(saved, restore_args)["params"]
     cfg = dataclasses.replace(saved_cfg, **overrides)
     if shardings is None and saved_cfg.scan_layers:
         params = unscan_params(params, saved_cfg.num_layers)

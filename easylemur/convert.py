@@ -170,6 +170,12 @@ def _dir_mode(final: Path) -> int:
     return 0o777 & ~umask
 
 
+def _unchanged(final: Path) -> str:
+    """What a failed conversion left at `final` (its output is written beside it, then renamed)."""
+    return (f"{final} is as it was (the partial output was removed)" if final.exists()
+            else "nothing was written there (the partial output was removed)")
+
+
 def _is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
@@ -375,6 +381,13 @@ def save_streaming(out: str | Path, params: Any, meta: dict, overwrite: bool = F
         try:
             mngr.save(0, args=ocp.args.Composite(params=save_args(params), meta=ocp.args.JsonSave(meta)), force=True)
             mngr.wait_until_finished()
+        except Exception as e:
+            if failures:  # a leaf that could not be read stopped the writing: that is the error
+                raise failures[0] from None
+            # a full disk, a permission: the writer's error (tensorstore's RESOURCE_EXHAUSTED
+            # for ENOSPC) says little on its own; name the output and the OS's words
+            raise RunError(f"--out {out}: writing the checkpoint {final / 'checkpoints' / '0'} failed: "
+                           f"{checkpoint.write_failure_cause(e)}; {_unchanged(final)}") from e
         finally:
             mngr.close()
         if failures:
@@ -593,6 +606,10 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
             json.dumps(hf.generation_config(cfg, eos_ids, pad_id), indent=2) + "\n")
         kept, replaced, removed = _carry_over(final, staged) if overwrite and final.is_dir() else ([], [], [])
         _put_in_place(staged, final, overwrite, log)
+    except OSError as e:  # a full disk, a permission: an OSError from write() names no file
+        shutil.rmtree(staged, ignore_errors=True)
+        raise RunError(f"--out {out}: writing the export failed: {checkpoint.write_failure_cause(e)}; "
+                       f"{_unchanged(final)}") from e
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise

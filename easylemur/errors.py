@@ -15,6 +15,7 @@ to rerun with --debug.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
@@ -44,6 +45,8 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
 
 def run_cli(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Sequence[str]] = None) -> int:
     """Runs a command's `main(argv)` and turns its errors into one line and an exit code."""
+    if not debug_enabled(argv):
+        quiet_background_errors()
     try:
         return main(argv)
     except KeyboardInterrupt:
@@ -72,3 +75,40 @@ def one_line(e: BaseException) -> str:
     if isinstance(e, (InputError, RunError, OSError)):
         return text
     return f"internal error ({type(e).__name__}: {text[:500]}); rerun with --debug for the traceback"
+
+
+class _DropOrbaxThreadTracebacks(logging.Filter):
+    """Drops the errors orbax logs with a traceback from its background threads (a write that
+    failed: `_SignalingThread.run() raised an exception`, `Failed to run N Handler Commit
+    operations`, `Save Finalize thread failed`). Each is raised again in the thread that waits
+    for the save, where the command reports it in one line; logged as well, one disk-full save
+    printed hundreds of lines of the same traceback before that line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from_orbax = f"{os.sep}orbax{os.sep}" in (record.pathname or "")
+        return not (from_orbax and record.levelno >= logging.ERROR and record.exc_info)
+
+
+def _drop_closed_loop_callbacks(hook: Callable) -> Callable:
+    """sys.unraisablehook, minus `RuntimeError: Event loop is closed`: when one write of an
+    orbax save fails, orbax closes that save's event loop while tensorstore still completes
+    the other writes, and each completion, finding the loop closed, is reported as unraisable
+    (a traceback apiece). The failure itself is raised and reported once."""
+
+    def unraisable(u) -> None:
+        if isinstance(u.exc_value, RuntimeError) and str(u.exc_value) == "Event loop is closed":
+            return
+        hook(u)
+
+    unraisable.easylemur_quiet = True
+    return unraisable
+
+
+def quiet_background_errors() -> None:
+    """Keeps what library threads print about an error the command reports anyway off stderr,
+    so that stderr holds the one line (`--debug` keeps all of it). Idempotent."""
+    absl = logging.getLogger("absl")
+    if not any(isinstance(f, _DropOrbaxThreadTracebacks) for f in absl.filters):
+        absl.addFilter(_DropOrbaxThreadTracebacks())
+    if not getattr(sys.unraisablehook, "easylemur_quiet", False):
+        sys.unraisablehook = _drop_closed_loop_callbacks(sys.unraisablehook)

@@ -27,7 +27,7 @@ import argparse
 import dataclasses
 import sys
 import threading
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -238,9 +238,15 @@ class Decoder:
         shape = Shape(batch=_bucket(n, 1), prompt_len=_bucket(longest, 16), new_tokens=_bucket(max_new_tokens, 16),
                       n_stop=_bucket(max(len(stops), 1), 4), sample=sampling.temperature > 0,
                       stream=on_token is not None)
-        if longest + max_new_tokens > self.cfg.max_position_embeddings:
-            print(f"note: {longest + max_new_tokens} positions exceed max_position_embeddings="
-                  f"{self.cfg.max_position_embeddings}", file=sys.stderr)
+        limit = self.cfg.max_position_embeddings
+        if longest + max_new_tokens > limit:
+            # refused before anything is compiled: the KV cache is sized prompt + new tokens, so
+            # an absurd value is an out-of-memory error deep in XLA, and positions past the
+            # context are ones the model never trained
+            raise GenerateError(
+                f"max_new_tokens={max_new_tokens}: the longest prompt ({longest} tokens) plus the new tokens "
+                f"({longest + max_new_tokens}) exceed the model's context, max_position_embeddings={limit}; "
+                + (f"at most {limit - longest} new tokens fit" if longest < limit else "the prompt alone fills it"))
 
         B, Plen = shape.batch, shape.prompt_len
         ids = np.zeros((B, Plen), np.int32)
@@ -339,6 +345,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not args.prompt and not args.chat:
         raise InputError("give --prompt TEXT, or --chat")
+    from easylemur.api import check_text
+
+    # before the model loads: undecodable bytes in argv arrive as lone surrogates
+    check_text(args.prompt or "", "--prompt")
+    check_text(args.system, "--system")
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
     Sampling(args.temperature, args.top_k, args.top_p).validate()
@@ -360,9 +371,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print()
         return 0
     history = list(system)
-    print("chat: type a message, an empty line to quit", file=sys.stderr)
-    for line in sys.stdin:
-        line = line.rstrip("\n")
+    if sys.stdin.isatty():  # piped input needs no instructions (stderr stays for errors)
+        print("chat: type a message, an empty line to quit", file=sys.stderr)
+    for line in _stdin_lines():
         if not line:
             break
         history.append({"role": "user", "content": line})
@@ -370,6 +381,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(flush=True)
         history.append({"role": "assistant", "content": reply})
     return 0
+
+
+def _stdin_lines() -> Iterator[str]:
+    """stdin's lines without their line ends, decoded as UTF-8 strictly: a line that is not
+    UTF-8 is an InputError naming it (Python's own decoding would pass the bytes on as lone
+    surrogates, or fail with a UnicodeDecodeError, depending on the locale)."""
+    from easylemur.api import check_text
+
+    raw = getattr(sys.stdin, "buffer", None)
+    for n, line in enumerate(raw if raw is not None else sys.stdin, 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"stdin line {n}: not UTF-8 text (byte 0x{line[e.start]:02x} at byte {e.start}); "
+                                 "give UTF-8 text") from None
+        yield check_text(line.rstrip("\r\n"), f"stdin line {n}")
 
 
 if __name__ == "__main__":
