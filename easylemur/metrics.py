@@ -134,7 +134,9 @@ class MetricsWriter:
                 f.write(line + "\n")
         step = record["step"]
         for k, v in record.items():
-            if k != "step" and isinstance(v, (int, float)):
+            # NaN means "not measured" (tokens/s of a run's first step, which compiles): kept in
+            # metrics.jsonl, left out of TensorBoard, which would warn on stderr for each one
+            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
                 self.tb.add_scalar(k, v, step)
         self.tb.flush()
         if self.wandb is not None:
