@@ -13,26 +13,10 @@ from jax.sharding import Mesh
 
 from easylemur import hf
 from easylemur.errors import InputError
+from easylemur.tokenizer import check_text
 from easylemur.models.llama import Llama, LlamaConfig
 
 Messages = Sequence[Mapping[str, str]]
-
-
-def check_text(text: str, what: str) -> str:
-    """`text` itself when it is text the tokenizer can take; an InputError naming `what` and
-    the first bad character otherwise. A lone surrogate is not text: Python makes undecodable
-    bytes (argv, stdin, files opened with errors="surrogateescape") into U+DC80..U+DCFF, and
-    sentencepiece fails on any surrogate with an opaque cast error."""
-    if not isinstance(text, str):
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        code = ord(text[e.start])
-        bad = (f"the undecodable byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
-               else f"a lone surrogate U+{code:04X}")
-        raise InputError(f"{what}: not UTF-8 text ({bad} at character {e.start}); give UTF-8 text") from None
-    return text
 
 
 @dataclasses.dataclass

@@ -345,7 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not args.prompt and not args.chat:
         raise InputError("give --prompt TEXT, or --chat")
-    from easylemur.api import check_text
+    from easylemur.tokenizer import check_text
 
     # before the model loads: undecodable bytes in argv arrive as lone surrogates
     check_text(args.prompt or "", "--prompt")
@@ -387,7 +387,7 @@ def _stdin_lines() -> Iterator[str]:
     """stdin's lines without their line ends, decoded as UTF-8 strictly: a line that is not
     UTF-8 is an InputError naming it (Python's own decoding would pass the bytes on as lone
     surrogates, or fail with a UnicodeDecodeError, depending on the locale)."""
-    from easylemur.api import check_text
+    from easylemur.tokenizer import check_text
 
     raw = getattr(sys.stdin, "buffer", None)
     for n, line in enumerate(raw if raw is not None else sys.stdin, 1):
