@@ -17,8 +17,9 @@ if __name__ == "__main__":  # first, before any heavy import or thread: see easy
 
 import argparse
 import contextlib
+import shutil
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 from ml_collections import ConfigDict
@@ -44,10 +45,17 @@ def train(cfg: ConfigDict) -> dict:
     if not cfg.workdir:
         raise ConfigError("workdir is empty; set --config.workdir=DIR")
     workdir = checkpoint.as_path(cfg.workdir)
+    check_workdir(workdir)
     with contextlib.ExitStack() as run_scope:
-        if jax.process_index() == 0:  # before anything in the workdir is read or written
-            run_scope.enter_context(WorkdirLock(workdir))
+        # a run that fails to start takes back what it created in the workdir: its files while
+        # it still holds the lock, then (pushed first, so run last) the directories it made
+        start = FailedStartCleanup(workdir)
+        run_scope.push(start.remove_dirs)
+        lock = WorkdirLock(workdir) if jax.process_index() == 0 else None
+        if lock is not None:  # before anything in the workdir is read or written
+            run_scope.enter_context(lock)
         stop = run_scope.enter_context(StopSignals())
+        run_scope.push(start.remove_files)  # only once the lock is this run's
         mesh = sharding.make_mesh(cfg.mesh)
         mngr = checkpoint.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
         run_scope.callback(mngr.close)
@@ -74,11 +82,14 @@ def train(cfg: ConfigDict) -> dict:
                 f"steps {run.start_step}->{cfg.train.steps}", flush=True,
             )
 
+        start.started = True
         state, step = run.state, run.start_step
         try:
             while step < cfg.train.steps:
                 state, metrics = run.train_step.fn(state, next(data))
                 step += 1
+                if lock is not None:
+                    lock.check()  # a lost workdir lock stops the run before it logs or saves again
                 logger.push(step, metrics, data.local_token_counts())
                 if due(step, cfg.eval.every):  # these weights, before the next step replaces them
                     params = state["params"]
@@ -108,6 +119,58 @@ def train(cfg: ConfigDict) -> dict:
             raise
     return {"step": step, **logger.last, "tokens": logger.tokens,
             "stopped_by": stop.signum if step < cfg.train.steps else None}
+
+
+def check_workdir(workdir: Any) -> None:
+    """Refuses, by name, a workdir that is a file or lies under one, before anything is created
+    (mkdir's own error, `[Errno 17] File exists`, names neither)."""
+    if "://" in str(workdir):
+        return
+    for p in (workdir, *workdir.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is a file" if p == workdir else f"lies under {p}, which is a file"
+                raise ConfigError(f"workdir={workdir}: {where}; a workdir is a directory")
+            return
+
+
+class FailedStartCleanup:
+    """Removes what a run that fails before its first step created (docs/design.md, "Errors"):
+    a failed init.from, a bad data path, must not leave an empty `checkpoints/` (which would
+    look like a run), a config.json, or the workdir itself behind. Only paths that did not
+    exist when the run began are touched. `remove_files` runs while the run still holds the
+    workdir lock (so nothing of another run is touched); `remove_dirs` after the lock is
+    released, and only removes empty directories (rmdir). Process 0, local workdirs only."""
+
+    def __init__(self, workdir: Any):
+        self.started = False  # set just before the first step: from then on, what the run wrote stays
+        self.tb = workdir / "tb"  # holds nothing but this run's event file, when this run made it
+        self.files: list = []
+        self.dirs: list = []
+        if jax.process_index() != 0 or "://" in str(workdir):
+            return
+        self.files = [p for p in (workdir / "checkpoints", self.tb, workdir / "config.json", workdir / "metrics.jsonl")
+                      if not p.exists()]
+        self.dirs = [p for p in (workdir, *workdir.parents) if not p.exists()]  # deepest first
+
+    def remove_files(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and not self.started:
+            for p in self.files:
+                with contextlib.suppress(OSError):
+                    if p == self.tb and p.is_dir():
+                        shutil.rmtree(p)
+                    elif p.is_dir():
+                        p.rmdir()  # checkpoints/: only when no step was written into it
+                    elif p.exists():
+                        p.unlink()
+        return False  # the error that stopped the start is the one reported
+
+    def remove_dirs(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and not self.started:
+            for p in self.dirs:
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+        return False
 
 
 def _parser() -> argparse.ArgumentParser:
