@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def raw_rate(cfg, tok, seconds: float, array: bool = False) -> float:
-    from easylemur.data.sources import open_source, source_dict
+    from easylemur.config import source_dict
+    from easylemur.data.readers import open_source
 
     texts = []
     for s in cfg.data.sources.values():

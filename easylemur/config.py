@@ -27,17 +27,23 @@ class ConfigError(InputError):
     """A config that does not match the schema; the message names the key."""
 
 
-# One data source, `data.sources.<name>` (and `data.eval_sources.<name>`); the meaning of each
-# key is documented in easylemur.data.sources, which reads them.
+# One data source, `data.sources.<name>` (and `data.eval_sources.<name>`), with its defaults
+# (docs/design.md, "Sources"); easylemur.data reads them.
 SOURCE_DEFAULTS: dict[str, Any] = {
+    # a file, glob or directory of JSONL (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files; a
+    # directory written by `datasets.Dataset.save_to_disk`; a Hugging Face hub name (streamed,
+    # needs a network); or `tfds:NAME` (needs the [tfds] extra)
     "path": "",
-    "weight": 1.0,
-    "format": "text",
+    "weight": 1.0,  # mixing weight (> 0); a source's share of rows equals its share of the weights
+    "format": "text",  # "text" (pre-training documents) or "chat" (conversations rendered in ChatML)
+    # text: the record field holding the document ("" = "text"); chat: the field holding the
+    # message list ("" = detect OpenAI `messages`, ShareGPT `conversations`, OpenOrca
+    # `system_prompt`/`question`/`response`)
     "field": "",
-    "kind": "auto",
-    "split": "train",
-    "hf_config": "",
-    "data_dir": "",
+    "kind": "auto",  # "auto" (from path) or one of KINDS
+    "split": "train",  # split for HF / TFDS datasets
+    "hf_config": "",  # config name for hub datasets ("" = none)
+    "data_dir": "",  # TFDS data_dir ("" = TFDS default)
 }
 FORMATS = ("text", "chat")
 KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds")
@@ -58,14 +64,14 @@ def default_config() -> ConfigDict:
     c.data.seq_len = 256
     c.data.strict = False  # True: the first bad record raises, naming file and line
     c.data.tokenizer = ""  # sentencepiece model; "": init.from's, else the shipped one
-    # independent data streams making up each global batch (0: one per process); fix it to
+    # independent data shards making up each global batch (0: one per process); fix it to
     # keep the batches identical when the number of hosts changes
     c.data.shards = 0
     c.data.prefetch = 2  # batches built ahead in a thread, tokenizer threads per source (0: none); same data for any value
     # True: train reads and tokenizes every record of data.sources before step 1 (the scan of
     # `python -m easylemur.data stats`); with data.strict a bad record then fails it at start
     c.data.preflight = False
-    c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see data.sources
+    c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see SOURCE_DEFAULTS
     c.data.eval_sources = ConfigDict()  # same shape; held-out data for eval loss (optional)
 
     c.train = ConfigDict()
@@ -132,7 +138,7 @@ def _merge(base: ConfigDict, new: ConfigDict | dict, prefix: str, open_keys: set
 
 
 # Mappings whose keys are the user's (source names, model field overrides); their entries are
-# checked by their owners (data.sources.validate_sources, model_config).
+# checked by their owners (validate_sources, model_config).
 _OPEN_KEYS = {"model", "data.sources", "data.eval_sources"}
 
 
@@ -188,6 +194,12 @@ def apply_override(cfg: ConfigDict, item: str) -> None:
     node[leaf] = _coerce(path, node[leaf], _parse_value(path, text, node[leaf]))
 
 
+def source_dict(scfg: Any) -> dict[str, Any]:
+    """One source config as a plain dict, every key the schema's default where unset (accepts
+    a ConfigDict or a dict; the readers and the pipeline take their sources this way)."""
+    return {**SOURCE_DEFAULTS, **{k: scfg[k] for k in scfg.keys()}}
+
+
 def _fill_source_defaults(sources: Any, prefix: str) -> None:
     """Checks the shape of each `<prefix>.<name>` source (a mapping of known keys) and fills the
     per-source defaults in place, so that every source key can be overridden."""
@@ -202,7 +214,7 @@ def _fill_source_defaults(sources: Any, prefix: str) -> None:
         for k in list(scfg.keys()):
             if k not in SOURCE_DEFAULTS:
                 raise ConfigError(f"unknown config key '{key}.{k}' (source keys are {', '.join(SOURCE_DEFAULTS)})")
-        for k, v in SOURCE_DEFAULTS.items():
+        for k, v in source_dict(scfg).items():
             if k not in scfg:
                 scfg[k] = v
 

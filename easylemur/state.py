@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any, Optional
 
 import jax
@@ -25,6 +24,7 @@ from ml_collections import ConfigDict
 
 from easylemur import checkpoint, hf
 from easylemur.config import ConfigError, model_config
+from easylemur.data.tokenizer_of import read_source, source_tokenizer
 from easylemur.errors import brief
 from easylemur.models.llama import LlamaConfig, init_params, param_shardings
 from easylemur.models.stacking import scan_params, unscan_params
@@ -63,32 +63,6 @@ class Run:
     start_step: int
     data_state: Optional[dict]  # the data iterator state to resume from, None when fresh
     nan_skips: int
-
-
-def read_source(src: str) -> Any:
-    """init.from read once: None, the HF directory, or the checkpoint's `Saved` meta."""
-    if not src:
-        return None
-    return src if hf.is_hf_dir(src) else checkpoint.read_meta(src)
-
-
-def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer:
-    """data.tokenizer, else init.from's own tokenizer, else (fresh runs only) the shipped one.
-    A source without a tokenizer is an error: training a real model on the shipped
-    tokenizer's ids would silently scramble it."""
-    if cfg.data.tokenizer:
-        return Tokenizer.load(cfg.data.tokenizer)
-    src = cfg.init["from"]
-    if isinstance(source, str):
-        if (Path(source) / "tokenizer.model").is_file():
-            return Tokenizer.load(Path(source) / "tokenizer.model")
-        raise ConfigError(f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it was trained with")
-    if source is not None:
-        path = source.tokenizer_path()
-        if path is None:
-            raise ConfigError(f"init.from={src} holds no tokenizer; set data.tokenizer")
-        return Tokenizer.load(path)
-    return Tokenizer.load(None)
 
 
 def resolve_model_config(cfg: ConfigDict, tokenizer: Tokenizer, source: Any = None,

@@ -4,7 +4,7 @@
 
 The run is wiring (docs/design.md, "Architecture"): config -> mesh -> the run's starting
 state (`state.restore_or_init`: fresh, init.from, or resumed from the newest checkpoint in
-the workdir) -> data streams -> the jitted step, with its side jobs in small objects: the
+the workdir) -> data shards -> the jitted step, with its side jobs in small objects: the
 `StepLogger` (metrics, MFU, NaN policy, progress), eval batches, checkpoint saves.
 """
 
@@ -65,7 +65,7 @@ def train(cfg: ConfigDict) -> dict:
         if jax.process_index() == 0:
             (workdir / "config.json").write_text(to_json(cfg))
 
-        data = DataShards(cfg, run.tokenizer, mesh)
+        data = DataShards(cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size, seed=cfg.seed)
         run_scope.callback(data.close)
         if run.data_state is not None:
             data.set_state(run.data_state)
@@ -93,7 +93,8 @@ def train(cfg: ConfigDict) -> dict:
                 logger.push(step, metrics, data.local_token_counts())
                 if due(step, cfg.eval.every):  # these weights, before the next step replaces them
                     params = state["params"]
-                    logger.flush(evaluate=lambda: mean_eval_loss(eval_fn, params, eval_batches(cfg, run.tokenizer, mesh)))
+                    logger.flush(evaluate=lambda: mean_eval_loss(eval_fn, params, eval_batches(
+                        cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size, batches=cfg.eval.batches)))
                 checkpoint.check_save_errors(mngr)  # a failed async save stops the run here
                 stopping = mngr.reached_preemption(step) or stop.requested
                 last = step == cfg.train.steps

@@ -14,7 +14,7 @@ from ml_collections import ConfigDict
 from easylemur.data.mixture import MixIterDataset
 from easylemur.data.packing import PackIterDataset
 from easylemur.data.pipeline import make_pipeline
-from easylemur.data.sources import DataError
+from easylemur.data.records import DataError
 from easylemur.config import validate_sources
 from easylemur.tokenizer import Tokenizer
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from ml_collections import ConfigDict
 
-from easylemur.config import ConfigError, load_config
+from easylemur.config import ConfigError, load_config, source_dict, validate_sources
 from easylemur.data.pipeline import make_pipeline
-from easylemur.config import validate_sources
-from easylemur.data.sources import DataError, open_source, source_dict
+from easylemur.data.readers import open_source
+from easylemur.data.records import DataError
 from easylemur.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -134,7 +134,7 @@ def test_preflight_fails_a_strict_run_before_its_first_step(capsys, tmp_path):
                                     "malformed_json (Unterminated string starting at: line 1 column 10 (char 9)) "
                                     "(data.strict=True); the run did not start")
     assert "easylemur.data preflight:" in err
-    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not any((tmp_path / "run" / "checkpoints").iterdir())
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoints").exists()
     # without the preflight, the same strict run would meet the record only later: its first
     # batch (the train loop's data, same seed and sizes) reads fine
     from easylemur.config import load_config
@@ -144,7 +144,8 @@ def test_preflight_fails_a_strict_run_before_its_first_step(capsys, tmp_path):
     from train_run import SMALL
 
     cfg = load_config("configs/tiny_pretrain.py", SMALL + base)
-    data = DataShards(cfg, Tokenizer.load(None), make_mesh(cfg.mesh))
+    data = DataShards(cfg.data, Tokenizer.load(None), make_mesh(cfg.mesh), global_batch_size=cfg.train.batch_size,
+                      seed=cfg.seed)
     try:
         next(data)
     finally:

@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 def _load_tokenizer(cfg):
     """The train loop's choice (data.tokenizer, else init.from's tokenizer, else the shipped
     one); when init.from names a run not trained yet, the shipped one, with a note."""
-    from easylemur.state import read_source, source_tokenizer
+    from easylemur.data.tokenizer_of import read_source, source_tokenizer
     from easylemur.tokenizer import Tokenizer
 
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Sequence
 
-from easylemur.data.sources import EMPTY, MISSING_FIELD, NOT_A_STRING, UNKNOWN_ROLE
+from easylemur.data.records import EMPTY, MISSING_FIELD, NOT_A_STRING, UNKNOWN_ROLE
 from easylemur.errors import InputError
 
 ROLES = ("system", "user", "assistant")

@@ -17,9 +17,7 @@ from typing import Any, Mapping
 import grain
 import numpy as np
 
-from easylemur.data.sources import DataError
-
-SHOW_FIRST_BAD = 5  # per source: file:line printed to stderr for the first few bad records
+from easylemur.data.records import SHOW_FIRST_BAD, DataError
 
 
 def _close_held(held: list) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import grain
 
-from easylemur.data.sources import DataError
+from easylemur.data.records import DataError
 
 
 class MixIterDataset(grain.IterDataset):

@@ -19,7 +19,7 @@ import grain
 import numpy as np
 
 from easylemur.data import batch as batch_layout
-from easylemur.data.sources import BadRecord, DataError
+from easylemur.data.records import BadRecord, DataError
 
 
 class PackIterDataset(grain.IterDataset):

@@ -2,8 +2,8 @@
 
 This module only assembles the chain; each stage lives in the module named for it:
 
-  sources.py   records of a file or hub dataset, bad ones as BadRecord values
-  streams.py   StreamIterDataset: a streamed hub dataset as a grain source
+  readers.py   records of a file or dataset, bad ones as BadRecord values (records.py)
+  hub.py       StreamIterDataset: a streamed hub dataset as a grain source
   tokenize.py  Tokenize: record -> token ids and loss mask (or a BadRecord)
   packing.py   PackIterDataset: documents -> rows of seq_len; collate: rows -> a batch
   mixture.py   MixIterDataset: the sources' rows interleaved by weight
@@ -49,11 +49,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import grain
 
+from easylemur.config import source_dict
+from easylemur.data.hub import StreamIterDataset, StreamSpec
 from easylemur.data.iterator import DataIterator
 from easylemur.data.mixture import MixIterDataset
 from easylemur.data.packing import PackIterDataset, collate
-from easylemur.data.sources import DataError, StreamSpec, open_source, source_dict
-from easylemur.data.streams import StreamIterDataset
+from easylemur.data.readers import open_source
+from easylemur.data.records import DataError
 from easylemur.data.tokenize import Tokenize, probe_source
 
 if TYPE_CHECKING:
@@ -106,7 +108,7 @@ def source_rows(
         records = grain.MapDataset.source(reader)[process_index::process_count]
         if len(records) == 0:
             raise DataError(
-                f"source '{name}' ({scfg['path']}) has {len(reader)} records, none for data stream {process_index} of "
+                f"source '{name}' ({scfg['path']}) has {len(reader)} records, none for data shard {process_index} of "
                 f"{process_count}; it needs at least {process_count} records"
             )
         probe_source(records, Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name), name,

@@ -1,8 +1,12 @@
 """The global batch of a multi-host run, and the eval batches (docs/design.md, "Multi-host").
 
-The global batch is made of `data.shards` independent data streams (default: one per
-process), row block s of every batch from stream s. Each process reads only its own streams;
+The global batch is made of `data.shards` independent data shards (default: one per
+process), row block s of every batch from shard s. Each process reads only its own shards;
 with data.shards fixed, the global batches are the same for any process count that divides it.
+
+It takes the `data` section and the two run settings it needs (the global batch size and the
+seed), so the data package does not depend on the rest of the run config; a setting that does
+not fit (data.shards, the mesh, a saved state) is a DataError.
 """
 
 from __future__ import annotations
@@ -15,58 +19,63 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from easylemur import sharding
-from easylemur.config import ConfigError
 from easylemur.data import batch as batch_layout
 from easylemur.data.pipeline import make_pipeline
+from easylemur.data.records import DataError
 
 
 class DataShards:
-    """This process's streams of the global batch. `__next__` gives the global batch as jax
-    arrays; the state is every stream's, gathered so that process 0 saves all of them."""
+    """This process's shards of the global batch. `__next__` gives the global batch as jax
+    arrays; the state is every shard's, gathered so that process 0 saves all of them.
 
-    def __init__(self, cfg: ConfigDict, tokenizer: Any, mesh: Any):
+    `data_cfg` is the run's `data` section (seq_len, shards, sources, ...); `global_batch_size`
+    and `seed` are train.batch_size and the run's seed."""
+
+    def __init__(self, data_cfg: ConfigDict, tokenizer: Any, mesh: Any, *, global_batch_size: int, seed: int):
         P, p = jax.process_count(), jax.process_index()
-        S = cfg.data.shards or P
+        S = data_cfg.shards or P
         if S % P:
-            raise ConfigError(f"data.shards={S} must be a multiple of the process count {P}")
+            raise DataError(f"data.shards={S} must be a multiple of the process count {P}")
         self.mesh, self.num_shards = mesh, S
         self.mine = list(range(p * S // P, (p + 1) * S // P))
-        check_rows_per_process(mesh, cfg.train.batch_size, cfg.data.seq_len)
-        self.streams = []
+        check_rows_per_process(mesh, global_batch_size, data_cfg.seq_len)
+        self.shards = []  # one data iterator per shard of this process's
         try:
             for s in self.mine:
-                self.streams.append(make_pipeline(cfg.data, tokenizer, global_batch_size=cfg.train.batch_size,
-                                                  seed=cfg.seed, process_index=s, process_count=S))
+                self.shards.append(make_pipeline(data_cfg, tokenizer, global_batch_size=global_batch_size,
+                                                 seed=seed, process_index=s, process_count=S))
         except BaseException:
-            self.close()  # the streams already built: nothing of them may outlive this error
+            self.close()  # the shards already built: nothing of them may outlive this error
             raise
-        self.source_names: list[str] = list(self.streams[0].source_names)
+        self.source_names: list[str] = list(self.shards[0].source_names)
 
     def __next__(self) -> dict:
-        parts = [next(it) for it in self.streams]
+        parts = [next(it) for it in self.shards]
         local = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
         return sharding.host_local_to_global(local, self.mesh)
 
     def local_token_counts(self) -> np.ndarray:
-        """[sources] non-padding tokens this process's streams have given so far (the data
+        """[sources] non-padding tokens this process's shards have given so far (the data
         iterators' own counters, which their saved state carries across a resume)."""
-        return np.array([sum(it.token_counts()[n] for it in self.streams) for n in self.source_names], np.int64)
+        return np.array([sum(it.token_counts()[n] for it in self.shards) for n in self.source_names], np.int64)
 
     def get_state(self) -> dict:
-        mine = {str(s): it.get_state() for s, it in zip(self.mine, self.streams)}
+        # "streams" is the checkpoint format's key for the shards' states (docs/design.md,
+        # "Checkpoint layout"): kept, so that saved runs resume
+        mine = {str(s): it.get_state() for s, it in zip(self.mine, self.shards)}
         return {"shards": self.num_shards, "streams": allgather_json(mine)}
 
     def set_state(self, state: dict) -> None:
         if state.get("shards") != self.num_shards:
-            raise ConfigError(
+            raise DataError(
                 f"the checkpoint's data state has {state.get('shards')} shards but data.shards resolves to "
                 f"{self.num_shards}; resume with --config.data.shards={state.get('shards')}"
             )
-        for s, it in zip(self.mine, self.streams):
+        for s, it in zip(self.mine, self.shards):
             it.set_state(state["streams"][str(s)])
 
     def close(self) -> None:
-        for it in self.streams:
+        for it in self.shards:
             it.close()
 
 
@@ -82,7 +91,7 @@ def check_rows_per_process(mesh: Any, batch_size: int, seq_len: int) -> None:
         rows.update(range(*idx[0].indices(batch_size)))
     if rows != set(range(p * per, (p + 1) * per)):
         mesh_text = ",".join(f"{k}:{v}" for k, v in mesh.shape.items())
-        raise ConfigError(
+        raise DataError(
             f"mesh {mesh_text}: process {p}'s devices hold batch rows {min(rows)}..{max(rows)}, not its own "
             f"{p * per}..{(p + 1) * per - 1}; keep the tensor axis within a host (put hosts on data/fsdp)"
         )
@@ -105,20 +114,21 @@ def allgather_json(obj: dict) -> dict:
     return out
 
 
-def eval_batches(cfg: ConfigDict, tokenizer: Any, mesh: Any) -> Iterator[dict]:
-    """Exactly `eval.batches` global batches of data.eval_sources (unshuffled, one pass). A
-    process whose share of the data ends feeds rows that train nothing, so every process runs
-    the same number of eval steps and the collectives stay in step across hosts."""
-    data_cfg = ConfigDict(cfg.data.to_dict())
-    data_cfg.prefetch = 0  # a few batches, once: threads reading ahead would tokenize rows never used
+def eval_batches(data_cfg: ConfigDict, tokenizer: Any, mesh: Any, *, global_batch_size: int,
+                 batches: int) -> Iterator[dict]:
+    """Exactly `batches` (eval.batches) global batches of data_cfg.eval_sources (unshuffled,
+    one pass). A process whose share of the data ends feeds rows that train nothing, so every
+    process runs the same number of eval steps and the collectives stay in step across hosts."""
+    eval_cfg = ConfigDict(data_cfg.to_dict())
+    eval_cfg.prefetch = 0  # a few batches, once: threads reading ahead would tokenize rows never used
     P = jax.process_count()
     with make_pipeline(
-        data_cfg, tokenizer, global_batch_size=cfg.train.batch_size, seed=cfg.seed,
+        eval_cfg, tokenizer, global_batch_size=global_batch_size, seed=0,  # the seed only shuffles
         process_index=jax.process_index(), process_count=P,
-        sources=cfg.data.eval_sources, shuffle=False, repeat=False,
+        sources=data_cfg.eval_sources, shuffle=False, repeat=False,
     ) as it:
-        empty = batch_layout.empty(cfg.train.batch_size // P, cfg.data.seq_len)
-        for _ in range(cfg.eval.batches):
+        empty = batch_layout.empty(global_batch_size // P, data_cfg.seq_len)
+        for _ in range(batches):
             try:
                 local = next(it)
             except StopIteration:

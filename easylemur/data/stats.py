@@ -7,7 +7,7 @@ per step and in total, and for each source its share of the rows by the weights 
 epochs of it those rows imply, with warnings for a source that would repeat many times or
 be used under one percent.
 
-It reads through the pipeline's own readers (`sources.open_source`, one file at a time) and
+It reads through the pipeline's own readers (`readers.open_source`, one file at a time) and
 its own `Tokenize` stage, so a record is usable, bad or blank here exactly when it is in
 training, and an exact count equals the tokens the pipeline yields for one pass. Files are
 scanned in a thread pool (sentencepiece releases the GIL while it encodes, as in the
@@ -33,18 +33,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from easylemur.data.iterator import SHOW_FIRST_BAD
-from easylemur.data.sources import (
-    JSONL_SUFFIXES,
-    PARQUET_SUFFIXES,
-    BadRecord,
-    DataError,
-    StreamSpec,
-    detect_kind,
-    open_source,
-    resolve_files,
-    source_dict,
-)
+from easylemur.config import source_dict
+from easylemur.data.hub import StreamSpec
+from easylemur.data.readers import JSONL_SUFFIXES, PARQUET_SUFFIXES, detect_kind, open_source, resolve_files
+from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
 from easylemur.data.tokenize import Tokenize
 
 if TYPE_CHECKING:

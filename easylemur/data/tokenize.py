@@ -14,7 +14,7 @@ import grain
 import numpy as np
 
 from easylemur.data import chat as chatlib
-from easylemur.data.sources import (
+from easylemur.data.records import (
     EMPTY,
     INVALID_UTF8,
     MISSING_FIELD,

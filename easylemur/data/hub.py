@@ -1,21 +1,44 @@
-"""Streamed HF hub datasets as grain sources (docs/design.md, "Sources").
+"""Streamed Hugging Face hub datasets (`kind=hf_hub`; docs/design.md, "Sources").
 
-A stream has no length and no random access, so it cannot be a grain MapDataset like the
-file sources: it enters the pipeline as an IterDataset of (where, record), sharded by data
-stream (`split_dataset_by_node`), with the number of records consumed as its state.
+A hub dataset is read with `datasets.load_dataset(..., streaming=True)`: it has no length and
+no random access, so it cannot be a grain MapDataset like the file sources. `StreamSpec` is
+what `readers.open_source` gives for one; `StreamIterDataset` brings it into the pipeline as
+an IterDataset of (where, record), split between the data shards (`split_dataset_by_node`),
+with the number of records consumed as its state.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import grain
 
-from easylemur.data.sources import StreamSpec
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A hub dataset read with `datasets.load_dataset(..., streaming=True)` (no random access)."""
+
+    name: str
+    config: str
+    split: str
+
+    def open(self, shard_index: int, shard_count: int, seed: int | None) -> Any:
+        """This shard's part of the stream (a `datasets.IterableDataset`), shuffled in a buffer
+        when `seed` is given."""
+        import datasets
+        from datasets.distributed import split_dataset_by_node
+
+        ds = datasets.load_dataset(self.name, self.config or None, split=self.split, streaming=True)
+        if seed is not None:
+            ds = ds.shuffle(seed=seed, buffer_size=10_000)
+        if shard_count > 1:
+            ds = split_dataset_by_node(ds, rank=shard_index, world_size=shard_count)
+        return ds
 
 
 class StreamIterDataset(grain.IterDataset):
-    """A streamed HF hub dataset as a grain source: sharded by data stream
+    """A streamed HF hub dataset as a grain source: one data shard's part of it
     (split_dataset_by_node); its state is the number of records consumed."""
 
     def __init__(self, spec: StreamSpec, shard_index: int, shard_count: int, seed: int | None):

@@ -1,24 +1,15 @@
-"""Data sources: per-source config validation, and random-access readers of raw records.
-
-A source config (`data.sources.<name>`) has these keys (the schema, defaults and validation
-live in easylemur.config with the rest of the config):
-
-  path      a file, glob or directory of JSONL (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files;
-            a directory written by `datasets.Dataset.save_to_disk`; a Hugging Face hub name
-            (streamed, needs a network); or `tfds:NAME` (needs the [tfds] extra)
-  weight    mixing weight (> 0); a source's share of rows equals its share of the weights
-  format    "text" (pre-training documents) or "chat" (conversations rendered in ChatML)
-  field     text format: the record field holding the document (default "text");
-            chat format: the field holding the message list ("" = detect OpenAI `messages`,
-            ShareGPT `conversations`, OpenOrca `system_prompt`/`question`/`response`)
-  kind      "auto" (from path) | "jsonl" | "parquet" | "hf_disk" | "hf_files" | "hf_hub" | "tfds"
-  split     split for HF / TFDS datasets (default "train")
-  hf_config config name for hub datasets ("" = none)
-  data_dir  TFDS data_dir ("" = TFDS default)
+"""Readers of raw records (docs/design.md, "Sources"): what a source's `path` names (a file,
+glob or directory of JSONL or Parquet files, a `datasets.save_to_disk` directory, a hub name,
+`tfds:NAME`), and random access to its records.
 
 Readers return `(where, value)` for an index: `where` names the record ("file:line" for JSONL,
-"file:row N" for Parquet) and `value` is the decoded dict or a `BadRecord`. Malformed input is
-never raised here: the pipeline decides (skip and count, or raise in strict mode).
+"file:row N" for Parquet and HF / TFDS datasets) and `value` is the decoded dict or a
+`BadRecord`. Malformed input is never raised here: the pipeline decides (skip and count, or
+raise in strict mode). A file that cannot be read at all (missing, corrupt, truncated) is a
+`DataError` naming it. A hub dataset has no random access: `open_source` gives its
+`hub.StreamSpec`, which the pipeline reads as a stream.
+
+The source config keys and their defaults are the config schema's (config.SOURCE_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -29,51 +20,15 @@ import mmap
 import os
 import threading
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from easylemur.config import SOURCE_DEFAULTS
-from easylemur.errors import InputError
-
-# kinds of bad records, as counted and reported
-MALFORMED_JSON = "malformed_json"
-MISSING_FIELD = "missing_field"
-NOT_A_STRING = "not_a_string"
-INVALID_UTF8 = "invalid_utf8"
-UNKNOWN_ROLE = "unknown_role"
-EMPTY = "empty"
-NO_TRAINED_TOKENS = "no_trained_tokens"  # chat: nothing left to train on after truncation
-BAD_KINDS = (MALFORMED_JSON, MISSING_FIELD, NOT_A_STRING, INVALID_UTF8, UNKNOWN_ROLE, EMPTY, NO_TRAINED_TOKENS)
+from easylemur.data.records import INVALID_UTF8, MALFORMED_JSON, BadRecord, DataError
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
-
-
-class DataError(InputError):
-    """A data problem the run cannot continue past; the message names source, file and line."""
-
-
-@dataclass(frozen=True)
-class BadRecord:
-    kind: str  # one of BAD_KINDS
-    where: str  # "file:line"
-    detail: str = ""
-
-    def describe(self) -> str:
-        return f"{self.where}: {self.kind}" + (f" ({self.detail})" if self.detail else "")
-
-
-# --- config ----------------------------------------------------------------------------------
-
-
-def source_dict(scfg: Any) -> dict[str, Any]:
-    """A plain dict of one source config with defaults filled (accepts ConfigDict or dict)."""
-    d = dict(SOURCE_DEFAULTS)
-    d.update({k: scfg[k] for k in scfg.keys()})
-    return d
 
 
 # --- path resolution -------------------------------------------------------------------------
@@ -265,9 +220,6 @@ class JsonlSource:
             buf = self._bufs[i] = _read_bytes(self.files[i])
         return buf
 
-    def where(self, index: int) -> str:
-        return f"{self.files[self._file[index]]}:{self._lines[index]}"
-
     def __getitem__(self, index: int) -> tuple[str, Any]:
         fi = int(self._file[index])
         raw = self._buf(fi)[int(self._starts[index]) : int(self._ends[index])]
@@ -414,8 +366,9 @@ def _hf_files(path: str, split: str):
 
 
 def open_source(scfg: Mapping[str, Any]) -> Any:
-    """A random-access reader (len + getitem -> (where, record)) for one source config, or a
-    `StreamSpec` for streamed hub datasets (handled by the pipeline as an iterable source)."""
+    """A random-access reader (len + getitem -> (where, record)) for one source config (every
+    key set: `config.source_dict`), or a `hub.StreamSpec` for streamed hub datasets (handled
+    by the pipeline as an iterable source)."""
     path, kind = scfg["path"], scfg["kind"]
     if kind == "auto":
         kind = detect_kind(path)
@@ -437,6 +390,8 @@ def open_source(scfg: Mapping[str, Any]) -> Any:
     if kind == "hf_files":
         return IndexableSource(_hf_files(path, scfg["split"]), path)
     if kind == "hf_hub":
+        from easylemur.data.hub import StreamSpec  # imports grain: only for hub sources
+
         return StreamSpec(path, scfg["hf_config"], scfg["split"])
     if kind == "tfds":
         try:
@@ -449,32 +404,13 @@ def open_source(scfg: Mapping[str, Any]) -> Any:
     raise DataError(f"{path}: unknown source kind {kind!r}")
 
 
-@dataclass(frozen=True)
-class StreamSpec:
-    """A hub dataset read with `datasets.load_dataset(..., streaming=True)` (no random access)."""
-
-    name: str
-    config: str
-    split: str
-
-    def open(self, shard_index: int, shard_count: int, seed: int | None):
-        import datasets
-        from datasets.distributed import split_dataset_by_node
-
-        ds = datasets.load_dataset(self.name, self.config or None, split=self.split, streaming=True)
-        if seed is not None:
-            ds = ds.shuffle(seed=seed, buffer_size=10_000)
-        if shard_count > 1:
-            ds = split_dataset_by_node(ds, rank=shard_index, world_size=shard_count)
-        return ds
-
-
-# --- helpers ---------------------------------------------------------------------------------
+# --- text of JSONL files --------------------------------------------------------------------
 
 
 def iter_jsonl_texts(path: str | Path, field: str | None) -> Iterator[str]:
     """Every string under `field` (or, with field=None, every string anywhere in the record) of
-    the JSONL files at `path`, skipping bad lines. Used to build the tokenizer's training text."""
+    the JSONL files at `path`, skipping bad lines: the shipped tokenizer's training text
+    (tokenizer/build_tokenizer.py) and the tests' sample corpus."""
 
     def strings(v):
         if isinstance(v, str):

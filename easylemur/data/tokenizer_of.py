@@ -1,0 +1,50 @@
+"""The tokenizer of a run's data (docs/design.md, "Tokenizer"): data.tokenizer, else init.from's
+own (an HF directory's tokenizer.model, or the one an easylemur checkpoint stores), else, for
+a run from scratch, the shipped one.
+
+The one owner of that choice: the train loop (`state.resolve_run`) and `python -m
+easylemur.data` both call it. `hf` and `checkpoint` are imported only when init.from names a
+source, so the data commands of a run from scratch never load orbax, optax or the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ml_collections import ConfigDict
+
+from easylemur.config import ConfigError
+from easylemur.tokenizer import Tokenizer
+
+
+def read_source(src: str) -> Any:
+    """init.from read once: None, the HF directory, or the checkpoint's `Saved` meta."""
+    if not src:
+        return None
+    from easylemur import hf
+
+    if hf.is_hf_dir(src):
+        return src
+    from easylemur import checkpoint
+
+    return checkpoint.read_meta(src)
+
+
+def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer:
+    """data.tokenizer, else init.from's own tokenizer, else (fresh runs only) the shipped one.
+    A source without a tokenizer is an error: training a real model on the shipped
+    tokenizer's ids would silently scramble it."""
+    if cfg.data.tokenizer:
+        return Tokenizer.load(cfg.data.tokenizer)
+    src = cfg.init["from"]
+    if isinstance(source, str):
+        if (Path(source) / "tokenizer.model").is_file():
+            return Tokenizer.load(Path(source) / "tokenizer.model")
+        raise ConfigError(f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it was trained with")
+    if source is not None:
+        path = source.tokenizer_path()
+        if path is None:
+            raise ConfigError(f"init.from={src} holds no tokenizer; set data.tokenizer")
+        return Tokenizer.load(path)
+    return Tokenizer.load(None)
