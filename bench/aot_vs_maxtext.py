@@ -112,7 +112,8 @@ def run_easylemur(mesh: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--maxtext-venv", default=str(ROOT / "bench" / ".venv-maxtext"), help="MaxText's own venv (created if missing)")
+    ap.add_argument("--maxtext-venv", default=str(ROOT / "bench" / ".venv-maxtext"),
+                    help="MaxText's own venv (created if missing)")
     ap.add_argument("--python", default=shutil.which("python3.12") or os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python"),
                     help="a Python >= 3.12 for MaxText's venv")
     ap.add_argument("--meshes", default="fsdp,tp4", help="which of fsdp (fsdp 256) and tp4 (fsdp 64 x tensor 4)")
@@ -131,7 +132,8 @@ def main() -> int:
     print(f"{'system':10} {'mesh':14} {'attention':22} {'peak GiB':>9} {'analysis sum':>13} {'headroom':>9}")
     for r in rows:
         mesh = "fsdp 256" if r["mesh"] == "fsdp" else "fsdp 64 x tp 4"
-        for system, res, attn in (("easylemur", r["easylemur"], f"{r['easylemur'].get('attention')}, {r['easylemur'].get('remat')}"),
+        ours = f"{r['easylemur'].get('attention')}, {r['easylemur'].get('remat')}"
+        for system, res, attn in (("easylemur", r["easylemur"], ours),
                                   ("MaxText", r["maxtext"]["full"], "splash, full"),
                                   ("MaxText", r["maxtext"]["offload"], "splash, input offload")):
             head = f"{1 - res['peak'] / HBM:.1%}" if res.get("peak") else "-"

@@ -29,7 +29,10 @@ import json, os, sys, time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax, orbax.checkpoint, tensorstore, numpy  # the bare runtime the converter needs
 jax.devices()
-from easylemur import convert, checkpoint, hf, tokenizer  # noqa: F401
+from easylemur.convert import cli as convert  # noqa: F401
+from easylemur.checkpoint import model_meta, store  # noqa: F401
+from easylemur.convert import hf
+from easylemur.tokenizer import spm as tokenizer
 import gc; gc.collect()
 
 def status(field):
@@ -55,9 +58,9 @@ def make_random_hf(out: Path, size_gb: float) -> dict:
     import ml_dtypes
     import numpy as np
 
-    from easylemur import hf
-    from easylemur.models.llama import LlamaConfig
-    from easylemur.safetensors_io import LazyArray, write_sharded_safetensors
+    from easylemur.convert import hf
+    from easylemur.model.llama import LlamaConfig
+    from easylemur.convert.safetensors_io import LazyArray, write_sharded_safetensors
 
     d, f, V = 2048, 5504, 32000
     per_layer = 4 * d * d + 3 * d * f + 2 * d
@@ -124,13 +127,14 @@ def main() -> None:
     # the round trip is exact (bf16 in, bf16 stored, bf16 out)
     import numpy as np
 
-    from easylemur import hf
+    from easylemur.convert import hf
 
     x = hf.index_hf_tensors(src)
     y = hf.index_hf_tensors(exp)
     exact = x.keys() == y.keys() and all(np.array_equal(x[k].read().view(np.uint16), y[k].read().view(np.uint16)) for k in x)
     summary = {"model_gb": round(size / 1e9, 3), "checkpoint_gb": round(du(ck) / 1e9, 3), "round_trip_bitwise": exact,
-               "cp_s": round(cp_s, 2), **{f"{r['direction']}_{k}": r[k] for r in rows for k in ("wall_s", "vs_cp", "extra_rss_over_model")},
+               "cp_s": round(cp_s, 2),
+               **{f"{r['direction']}_{k}": r[k] for r in rows for k in ("wall_s", "vs_cp", "extra_rss_over_model")},
                "goal_extra_rss_over_model": 0.5}
     print(json.dumps({"summary": summary}), flush=True)
     if not args.keep:

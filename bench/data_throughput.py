@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     from easylemur.config import load_config
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
 
     cfg = load_config(args.config)
     tok = Tokenizer.load(cfg.data.get("tokenizer") or None)

@@ -75,7 +75,8 @@ def main() -> None:
     print(f"model: {params / 1e6:.1f}M params (d={args.hidden}, {args.layers} layers, {args.heads} heads, "
           f"ff {args.ff}, vocab {args.vocab}), prompt {args.prompt_len} tokens, greedy, {N} new tokens, "
           f"torch threads {torch.get_num_threads()}, {os.cpu_count()} cores")
-    print(f"{'batch':>5} {'easylemur tok/s':>16} {'transformers tok/s':>19} {'speedup':>8} {'first call s':>13} {'same rows':>10}")
+    print(f"{'batch':>5} {'easylemur tok/s':>16} {'transformers tok/s':>19} {'speedup':>8} "
+          f"{'first call s':>13} {'same rows':>10}")
     for r in rows:
         print(f"{r['batch']:>5} {r['easylemur_tok_s']:>16.1f} {r['transformers_tok_s']:>19.1f} {r['speedup']:>7.2f}x "
               f"{r['easylemur_first_call_s']:>13.1f} {r['rows_identical']:>5}/{r['batch']}")

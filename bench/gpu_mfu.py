@@ -6,8 +6,8 @@ bf16 compute with float32 master weights, attention=cudnn against attention=bloc
 
 Each (model, attention) pair: the jitted train step (scanned layers, remat, the fused LM head
 a chunk of positions at a time) is compiled, warmed up once, then --steps steps are timed.
-MFU = tokens/s x training FLOPs per token (easylemur.metrics.flops_per_token, MaxText's
-formula) / the GPU's dense bf16 peak (easylemur.metrics.peak_flops: 989 TFLOP/s for H100 and
+MFU = tokens/s x training FLOPs per token (easylemur.train.metrics.flops_per_token, MaxText's
+formula) / the GPU's dense bf16 peak (easylemur.train.metrics.peak_flops: 989 TFLOP/s for H100 and
 H200). A 7B that does not fit (float32 params + Adam moments + gradients are 16 bytes per
 parameter: 108 GB at 32 layers) is retried with half its layers, down to 8, and the row says
 how many it ran. --dry-run prints the configurations and exits (any machine). Without a GPU
@@ -38,7 +38,7 @@ ATTENTION = ("cudnn", "blockwise", "dense", "flash", "auto")
 
 def model_configs(layers_7b: int = 32) -> dict:
     """name -> (LlamaConfig, batch rows, row length): the shapes this benchmark trains."""
-    from easylemur.models.llama import PRESETS, LlamaConfig
+    from easylemur.model.llama import PRESETS, LlamaConfig
 
     common = dict(dtype="bfloat16", param_dtype="float32", scan_layers=True, remat="full")
     return {
@@ -79,10 +79,10 @@ def run_one(cfg, batch: int, seq: int, steps: int, loss_chunk: int) -> dict:
     import numpy as np
 
     from easylemur.config import default_config
-    from easylemur.metrics import flops_per_token, peak_flops
-    from easylemur.models.llama import init_params
-    from easylemur.optim import make_optimizer
-    from easylemur.step import make_train_step
+    from easylemur.train.metrics import flops_per_token, peak_flops
+    from easylemur.model.llama import init_params
+    from easylemur.train.optim import make_optimizer
+    from easylemur.train.step import make_train_step
 
     tx, _ = make_optimizer(default_config().optimizer, 1000)
     params = init_params(cfg, jax.random.PRNGKey(0))

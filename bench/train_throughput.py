@@ -20,7 +20,7 @@ step, the figure to look at when a side's tokens/s moves between runs. Each figu
 round, since other work on a shared machine only ever slows a round down. The 1-minute load
 average is printed with every round. `matmul_ceiling_gflops` is this CPU's bf16 matmul rate
 (2048^3, float32 accumulation, through XLA) measured in the same run, after the rounds; each
-side's GFLOP/s uses the same FLOPs per token (easylemur.metrics.flops_per_token, MaxText's
+side's GFLOP/s uses the same FLOPs per token (easylemur.train.metrics.flops_per_token, MaxText's
 formula). The last line is one JSON object. Not a test: timings go here, never into assertions.
 """
 
@@ -75,7 +75,7 @@ def model_config(args: argparse.Namespace):
     """The easylemur LlamaConfig of the benchmarked shape."""
     import dataclasses
 
-    from easylemur.models.llama import PRESETS
+    from easylemur.model.llama import PRESETS
 
     return dataclasses.replace(
         PRESETS["tiny"], vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff,
@@ -91,9 +91,9 @@ def easylemur_step(args: argparse.Namespace) -> Callable[[], None]:
     import numpy as np
 
     from easylemur.config import default_config
-    from easylemur.models.llama import init_params
-    from easylemur.optim import make_optimizer
-    from easylemur.step import make_train_step
+    from easylemur.model.llama import init_params
+    from easylemur.train.optim import make_optimizer
+    from easylemur.train.step import make_train_step
 
     cfg = model_config(args)
     B, T = args.batch, args.seq
@@ -203,7 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 best[name] = max(best[name], tokens / seconds)
                 print(f"round {r + 1} {name:12s} {tokens / seconds:8.1f} tokens/s  {faults:9.0f} page faults/step  "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)
-    from easylemur.metrics import flops_per_token, measure_cpu_peak
+    from easylemur.train.metrics import flops_per_token, measure_cpu_peak
 
     ceiling = measure_cpu_peak()
     flops = flops_per_token(cfg, args.seq)

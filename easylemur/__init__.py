@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 def load(path, **kwargs):
-    """Loads an HF Llama directory or an easylemur checkpoint/workdir; see easylemur.api."""
-    from easylemur.api import load as _load
+    """Loads an HF Llama directory or an easylemur checkpoint/workdir; see easylemur.generate.api."""
+    from easylemur.generate.api import load as _load
 
     return _load(path, **kwargs)

@@ -296,7 +296,7 @@ def validate(cfg: ConfigDict) -> None:
 
 def model_config(cfg: ConfigDict):
     """The LlamaConfig a run config names: the preset with model.<field> overrides applied."""
-    from easylemur.models.llama import LlamaConfig, PRESETS
+    from easylemur.model.llama import LlamaConfig, PRESETS
 
     fields = {f.name: f for f in dataclasses.fields(LlamaConfig)}
     preset = cfg.model.get("preset", "tiny")

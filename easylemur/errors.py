@@ -21,7 +21,7 @@ import sys
 import traceback
 from typing import Callable, Optional, Sequence
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 
 class InputError(ValueError):

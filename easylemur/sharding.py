@@ -206,6 +206,18 @@ def initialize_distributed(
         jax.distributed.initialize()
 
 
+def platform(mesh: Mesh | None) -> str:
+    """The platform the program is compiled for: the mesh's devices' ('cpu', 'gpu'/'cuda',
+    'tpu'), not the default backend (AOT compiles for TPU devices on a CPU host); the default
+    backend without a mesh. The one place the model, attention and the loss learn it."""
+    if mesh is not None:
+        return mesh.devices.flat[0].platform
+    return jax.default_backend()
+
+
+ACCELERATED = ("tpu", "gpu", "cuda", "rocm")
+
+
 def _on_tpu_vm() -> bool:
     from easylemur.host import tpu_device_nodes
 

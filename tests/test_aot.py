@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from easylemur.aot import accelerator_topology, run_model_config
+from easylemur.train.aot import accelerator_topology, run_model_config
 from easylemur.config import load_config
 from easylemur.errors import InputError
-from easylemur.metrics import flops_per_token
+from easylemur.train.metrics import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_RUN = "/nonexistent/easylemur-test-workdir"  # no checkpoint to resume: the model is the config's
@@ -78,7 +78,7 @@ def test_lemur_70b_does_not_fit_v5e_2x2():
 
 def test_aot_compiles_the_model_train_resolves(tmp_path):
     """init.from's architecture and vocabulary growth, as train would run them, not the preset."""
-    from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH
+    from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH
     from hf_models import make_hf_model
 
     make_hf_model(vocab_size=4000).save_pretrained(tmp_path / "hf")

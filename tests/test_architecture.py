@@ -1,10 +1,15 @@
-"""The module graph the design promises: easylemur's modules import each other in one
-direction only (no cycle, lazy imports included), and nothing imports the train CLI."""
+"""The layering the design promises (docs/design.md, "Architecture"), checked on the import
+graph (top-level and lazy imports alike): no cycle; the model imports no data, checkpoint,
+conversion, run or serving code; checkpoint storage and the ops import no model; data imports
+no run; the workdir lock needs no orbax; nothing imports a command's entry point; the
+architecture tree in docs/design.md lists exactly the package's files."""
 
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "easylemur"
+DESIGN = PKG.parent / "docs" / "design.md"
 
 
 def _module_name(path: Path) -> str:
@@ -22,7 +27,7 @@ def _imports() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # `from easylemur import hf` names a module; `from easylemur.x import f` names x
+                # `from easylemur.x import y` names the module x.y when there is one, else x
                 targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
                            for a in node.names]
             else:
@@ -30,6 +35,16 @@ def _imports() -> dict[str, set[str]]:
             deps.update(t for t in targets if t in modules and t != name and t != "easylemur")
         graph[name] = deps
     return graph
+
+
+def _closure(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for d in graph[todo.pop()]:
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -54,9 +69,13 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _in(pkg: str, module: str) -> bool:
+    return module == pkg or module.startswith(pkg + ".")
+
+
 def test_no_import_cycle_among_modules():
     graph = _imports()
-    assert "easylemur.state" in graph["easylemur.train"]  # the walk sees real edges
+    assert "easylemur.train.start" in graph["easylemur.train.loop"]  # the walk sees real edges
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
@@ -64,6 +83,62 @@ def test_a_cycle_would_be_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-def test_only_the_cli_imports_train():
-    importers = sorted(m for m, deps in _imports().items() if "easylemur.train" in deps)
-    assert importers == [], importers
+# (importer package, packages it may not reach, even through another module)
+LAYERS = [
+    ("easylemur.model", ("easylemur.data", "easylemur.checkpoint", "easylemur.convert", "easylemur.train",
+                         "easylemur.generate", "easylemur.eval", "easylemur.tokenizer", "easylemur.config")),
+    ("easylemur.ops", ("easylemur.model", "easylemur.data", "easylemur.checkpoint", "easylemur.train")),
+    ("easylemur.checkpoint.store", ("easylemur.model", "easylemur.train", "easylemur.data")),
+    ("easylemur.checkpoint.fingerprint", ("easylemur.model",)),
+    ("easylemur.checkpoint.paths", ("easylemur.model", "easylemur.checkpoint.store")),
+    ("easylemur.data", ("easylemur.train", "easylemur.generate", "easylemur.eval")),
+    ("easylemur.tokenizer", ("easylemur.model", "easylemur.train", "easylemur.checkpoint")),
+    ("easylemur.convert", ("easylemur.train", "easylemur.generate", "easylemur.eval")),
+    ("easylemur.generate", ("easylemur.train", "easylemur.eval")),
+    ("easylemur.eval.sandbox", ("easylemur.model", "easylemur.generate", "easylemur.train")),
+    ("easylemur.train.lock", ("easylemur.checkpoint.store", "easylemur.model")),  # taking the lock loads no orbax
+]
+
+
+def test_layers_import_only_what_is_below_them():
+    graph = _imports()
+    wrong = []
+    for importer, forbidden in LAYERS:
+        for module in (m for m in graph if _in(importer, m)):
+            reach = _closure(graph, module)
+            wrong += [f"{module} -> {r}" for r in sorted(reach) if any(_in(f, r) for f in forbidden)]
+    assert wrong == [], wrong
+
+
+def test_nothing_imports_a_command_entry_point():
+    """Commands (`__main__`, `cli`, the train loop, the one-line hand-overs) are leaves: only a
+    command's `__main__` may import its CLI module."""
+    graph = _imports()
+    entry = {m for m in graph if m.endswith(".__main__") or m.endswith(".cli") or m == "easylemur.train.loop"
+             or m == "easylemur.aot"}
+    wrong = [f"{m} -> {d}" for m, deps in graph.items() for d in deps & entry
+             if not m.endswith(".__main__")]
+    assert wrong == [], wrong
+
+
+def test_at_most_six_top_level_modules():
+    top = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 6, top
+
+
+def test_design_doc_tree_lists_every_file():
+    """docs/design.md's architecture tree is the package, file for file (one line each)."""
+    text = DESIGN.read_text()
+    block = text[text.index("<!-- tree -->"):text.index("<!-- /tree -->")]
+    listed, folder = set(), ""
+    for line in block.splitlines():
+        m = re.match(r"^(\s*)([\w.]+/?)\s", line + " ")
+        if not m or line.startswith("<!--") or line.startswith("```"):
+            continue
+        indent, name = len(m.group(1)), m.group(2)
+        if name.endswith("/"):
+            folder = name if indent == 2 else folder
+            continue
+        listed.add((folder if indent > 2 else "") + name)
+    actual = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py")}
+    assert listed == actual, (sorted(actual - listed), sorted(listed - actual))

@@ -22,8 +22,8 @@ from jax.sharding import PartitionSpec as P
 
 import easylemur
 from easylemur.config import ConfigError, load_config
-from easylemur.models.attention import SPLASH_RESIDUALS, AttentionError, attention, resolve_impl
-from easylemur.models.llama import Llama, LlamaConfig, init_params
+from easylemur.model.attention import SPLASH_RESIDUALS, AttentionError, attention, resolve_impl
+from easylemur.model.llama import Llama, LlamaConfig, init_params
 from easylemur.sharding import make_mesh, named_sharding
 from hf_models import hf_logits, make_hf_model
 
@@ -230,7 +230,7 @@ def test_cudnn_segments_give_the_reference_mask():
     """The seqlens/offsets cuDNN is given for packed rows (runs of segment ids) describe exactly
     attention_mask's mask: one document, several, padding at the end (segment 0 attends to
     itself), a document per token, documents that end inside and on tile edges."""
-    from easylemur.models.attention import attention_mask, cudnn_segments, segments_mask
+    from easylemur.model.attention import attention_mask, cudnn_segments, segments_mask
 
     T = 16
     seg = _runs([16], [5, 7, -4], [1] * 16, [3, 13], [8, 8], [15, -1])
@@ -283,7 +283,7 @@ import json, re
 from jax.experimental import topologies
 from easylemur.config import load_config, model_config
 from easylemur.sharding import make_mesh
-from easylemur.step import build_train_step
+from easylemur.train.step import build_train_step
 
 devices = topologies.get_topology_desc(platform="tpu", topology_name="v4:2x2x1", chip_config_name="megacore").devices
 cfg = load_config(None, ["mesh=data:1,fsdp:2,tensor:2", "model.dtype=bfloat16", "model.scan_layers=true",

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import easylemur
-from easylemur import convert
+from easylemur.convert import cli as convert
 from easylemur.errors import InputError
-from easylemur.generate import GenerateError
-from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH
+from easylemur.generate.engine import GenerateError
+from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH
 from hf_models import make_hf_model
 from train_run import SMALL, env
 

@@ -71,11 +71,11 @@ def test_override_parser_takes_both_spellings():
 def test_checkpoint_keep_zero_keeps_every_checkpoint(tmp_path):
     import numpy as np
 
-    from easylemur import checkpoint
+    from easylemur.checkpoint import store
 
-    mngr = checkpoint.manager(tmp_path, keep=0, async_save=False)
+    mngr = store.manager(tmp_path, keep=0, async_save=False)
     for step in (1, 2, 3):
-        checkpoint.save(mngr, step, {"w": np.full((2,), step, np.float32)}, {"step": step}, force=True)
+        store.save(mngr, step, {"w": np.full((2,), step, np.float32)}, {"step": step}, force=True)
     mngr.wait_until_finished()
     assert mngr.all_steps() == [1, 2, 3]
     mngr.close()

@@ -14,10 +14,12 @@ import pytest
 import torch
 
 import easylemur
-from easylemur import checkpoint, convert, hf
-from easylemur.models.stacking import scan_params
-from easylemur.safetensors_io import read_safetensors_header
-from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH, Tokenizer
+from easylemur.checkpoint import model_meta
+from easylemur.convert import cli as convert
+from easylemur.convert import hf
+from easylemur.model.stacking import scan_params
+from easylemur.convert.safetensors_io import read_safetensors_header
+from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH, Tokenizer
 from hf_models import hf_logits, make_hf_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,14 +128,14 @@ def test_logits_through_load_on_hf_dir_and_checkpoint(hf_model, converted):
 
 
 def test_checkpoint_is_the_orbax_format(hf_model, converted, tmp_path):
-    """Plain orbax restores it, checkpoint.load_params restores it, the params tree is exactly
+    """Plain orbax restores it, model_meta.load_params restores it, the params tree is exactly
     the model's, and the step metadata names the same handler save_params records."""
     import orbax.checkpoint as ocp
 
-    from easylemur.models.llama import param_specs
+    from easylemur.model.llama import param_specs
 
     _, src = hf_model
-    cfg, params, tok = checkpoint.load_params(converted)
+    cfg, params, tok = model_meta.load_params(converted)
     assert tok is not None and Path(tok).read_bytes() == Path(DEFAULT_TOKENIZER_PATH).read_bytes()
     assert cfg == hf.read_hf_config(src)  # float32 source: param_dtype float32
     shapes, _ = param_specs(cfg)
@@ -146,8 +148,8 @@ def test_checkpoint_is_the_orbax_format(hf_model, converted, tmp_path):
     assert raw["meta"]["model"]["vocab_size"] == VOCAB
     handlers = json.loads((converted / "checkpoints" / "0" / "_CHECKPOINT_METADATA").read_text())["item_handlers"]
     assert handlers["params"].endswith("StandardCheckpointHandler")
-    # the streaming writer's tree metadata is exactly what checkpoint.save_params writes
-    checkpoint.save_params(tmp_path / "ref", cfg, expected)
+    # the streaming writer's tree metadata is exactly what model_meta.save_params writes
+    model_meta.save_params(tmp_path / "ref", cfg, expected)
     ours, ref = (json.loads((p / "checkpoints/0/params/_METADATA").read_text()) for p in (converted, tmp_path / "ref"))
     assert ours == ref
 
@@ -171,9 +173,9 @@ def test_public_orbax_fallback_writes_the_same_checkpoint(hf_model, converted, t
     monkeypatch.setattr(convert, "lazy_array_params_handler", gone)
     rc, err = _run(["from-hf", "--hf", src, "--out", tmp_path / "ck"], capsys)
     assert rc == 0 and "StandardCheckpointHandler()._impl" in err and "public StandardSave" in err
-    a, b = checkpoint.read_meta(converted), checkpoint.read_meta(tmp_path / "ck")
+    a, b = model_meta.read_meta(converted), model_meta.read_meta(tmp_path / "ck")
     assert a.meta == b.meta
-    (cfg_a, pa, _), (cfg_b, pb, _) = checkpoint.load_params(a), checkpoint.load_params(b)
+    (cfg_a, pa, _), (cfg_b, pb, _) = model_meta.load_params(a), model_meta.load_params(b)
     assert cfg_a == cfg_b
     assert jax.tree.structure(pa) == jax.tree.structure(pb)
     assert all(_bitwise_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)))
@@ -202,14 +204,14 @@ def test_bf16_source_stays_bf16_and_round_trips(tmp_path):
     assert _run(["from-hf", "--hf", tmp_path / "hf", "--out", tmp_path / "ck"])[0] == 0
     meta = json.loads((tmp_path / "ck/checkpoints/0/meta/metadata").read_text())
     assert meta["model"]["param_dtype"] == "bfloat16"
-    cfg, params, _ = checkpoint.load_params(tmp_path / "ck")
+    cfg, params, _ = model_meta.load_params(tmp_path / "ck")
     assert cfg.param_dtype == "bfloat16" and params["norm"]["scale"].dtype == ml_dtypes.bfloat16
     assert _run(["to-hf", "--checkpoint", tmp_path / "ck", "--out", tmp_path / "out"])[0] == 0
     a, b = _tensors(tmp_path / "hf"), _tensors(tmp_path / "out")
     assert sorted(a) == sorted(b) and all(_bitwise_equal(a[n], b[n]) for n in a)
     # asked for float32 storage instead, the values are the exact upcast
     assert _run(["from-hf", "--hf", tmp_path / "hf", "--out", tmp_path / "ck32", "--param-dtype", "float32"])[0] == 0
-    cfg32, p32, _ = checkpoint.load_params(tmp_path / "ck32")
+    cfg32, p32, _ = model_meta.load_params(tmp_path / "ck32")
     assert cfg32.param_dtype == "float32" and p32["norm"]["scale"].dtype == np.float32
     np.testing.assert_array_equal(np.asarray(p32["norm"]["scale"]), np.asarray(params["norm"]["scale"]).astype(np.float32))
 
@@ -389,7 +391,7 @@ def test_from_hf_force_replaces_an_earlier_conversion_only_once_complete(big, co
     # succeeds: replaced, and the other file in --out kept
     rc, err = _run(["from-hf", "--hf", hf_dir, "--out", out, "--force", "--param-dtype", "bfloat16"], capsys)
     assert rc == 0, err
-    assert checkpoint.read_meta(out).model_config.param_dtype == "bfloat16"
+    assert model_meta.read_meta(out).model_config.param_dtype == "bfloat16"
     assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "notes.txt"] and (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["0"]
     # a conversion into a new directory that fails leaves no directory under that name
@@ -454,7 +456,7 @@ def test_scanned_jax_checkpoint_exports_like_unscanned(hf_model, exported_f32, t
     cfg = hf.read_hf_config(src)
     params = scan_params(hf.load_hf_params(src, cfg), cfg.num_layers)
     params = jax.tree.map(jnp.asarray, params)
-    checkpoint.save_params(tmp_path / "scanned", dataclasses.replace(cfg, scan_layers=True), params, DEFAULT_TOKENIZER_PATH)
+    model_meta.save_params(tmp_path / "scanned", dataclasses.replace(cfg, scan_layers=True), params, DEFAULT_TOKENIZER_PATH)
     assert _run(["to-hf", "--checkpoint", tmp_path / "scanned", "--out", tmp_path / "out", "--dtype", "float32"])[0] == 0
     a, b = _tensors(exported_f32), _tensors(tmp_path / "out")
     assert sorted(a) == sorted(b) and all(_bitwise_equal(a[n], b[n]) for n in a)

@@ -16,7 +16,7 @@ from easylemur.data.packing import PackIterDataset
 from easylemur.data.pipeline import make_pipeline
 from easylemur.data.records import DataError
 from easylemur.config import validate_sources
-from easylemur.tokenizer import Tokenizer
+from easylemur.tokenizer.spm import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data" / "samples"

@@ -11,7 +11,7 @@ from easylemur.config import ConfigError, load_config, source_dict, validate_sou
 from easylemur.data.pipeline import make_pipeline
 from easylemur.data.readers import open_source
 from easylemur.data.records import DataError
-from easylemur.tokenizer import Tokenizer
+from easylemur.tokenizer.spm import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -252,7 +252,8 @@ def test_bad_chat_records(tok, tmp_path):
         (json.dumps({"conversations": [{"from": "human", "value": 5}]}).encode(), "not_a_string"),
         (json.dumps({"other": 1}).encode(), "missing_field"),
         (json.dumps({"messages": [{"role": "user", "content": "only a question"}]}).encode(), "no_trained_tokens"),
-        (json.dumps({"messages": [{"role": "user", "content": "long " * 300}, {"role": "assistant", "content": "x"}]}).encode(), "no_trained_tokens"),
+        (json.dumps({"messages": [{"role": "user", "content": "long " * 300},
+                                  {"role": "assistant", "content": "x"}]}).encode(), "no_trained_tokens"),
         (b"\xff\xfe", "invalid_utf8"),
     ]
     good = json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}).encode()

@@ -38,7 +38,7 @@ def bad_file(tmp_path):
 def test_stats_tiny_pretrain_counts_equal_the_pipelines(capsys):
     from easylemur.config import load_config
     from easylemur.data.pipeline import make_pipeline
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
 
     rep = stats_json(capsys, "--config", "configs/tiny_pretrain.py")
     by = {s["name"]: s for s in rep["sources"]}
@@ -96,7 +96,7 @@ def test_stats_lists_bad_records_by_file_and_line(capsys, tmp_path):
     assert [e.split(": ")[0:2] for e in text["bad_examples"]] == [
         [f"{path}:3", "malformed_json (Unterminated string starting at"], [f"{path}:6", "missing_field (no field 'text')"],
         [f"{path}:9", "empty (field 'text' is empty)"], [f"{path}:12", "not_a_string (field 'text' is list)"]]
-    assert any(f"'text' has 4 bad records" in w and f"{path}:3" in w for w in rep["warnings"])
+    assert any("'text' has 4 bad records" in w and f"{path}:3" in w for w in rep["warnings"])
     rc, out, _ = run(capsys, "--config", "configs/tiny_pretrain.py", f"--config.data.sources.text.path={path}")
     assert rc == 0 and f"    {path}:12: not_a_string" in out
     assert "bad 4 (empty 1, malformed_json 1, missing_field 1, not_a_string 1)" in out
@@ -140,7 +140,7 @@ def test_preflight_fails_a_strict_run_before_its_first_step(capsys, tmp_path):
     from easylemur.config import load_config
     from easylemur.data.shards import DataShards
     from easylemur.sharding import make_mesh
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
     from train_run import SMALL
 
     cfg = load_config("configs/tiny_pretrain.py", SMALL + base)

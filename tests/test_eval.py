@@ -10,11 +10,11 @@ import pytest
 
 import easylemur
 from easylemur.errors import InputError, run_cli
-from easylemur.eval import main
-from easylemur.evaluation.passk import mean_pass_at_k, pass_at_k
-from easylemur.evaluation.tasks import MBPP, HumanEval, load_humaneval, load_mbpp
-from easylemur.generate import truncate_at_stops
-from easylemur.tokenizer import Tokenizer
+from easylemur.eval.cli import main
+from easylemur.eval.passk import mean_pass_at_k, pass_at_k
+from easylemur.eval.tasks import MBPP, HumanEval, load_humaneval, load_mbpp
+from easylemur.generate.engine import truncate_at_stops
+from easylemur.tokenizer.spm import Tokenizer
 from hf_models import make_hf_model
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -78,7 +78,8 @@ MBPP_ROWS = [
     {"task_id": 4, "text": "Write a function to double a list.", "code": "def dbl(xs):\n    return xs + xs",
      "test_list": ["assert dbl([1]) == [1, 1]"], "test_setup_code": ""},
     {"task_id": 11, "text": "Write a python function to remove first and last occurrence of a given character.",
-     "code": "def remove_Occ(s, ch):\n    s = s.replace(ch, '', 1)\n    i = s.rfind(ch)\n    return s if i < 0 else s[:i] + s[i + 1:]",
+     "code": "def remove_Occ(s, ch):\n    s = s.replace(ch, '', 1)\n    i = s.rfind(ch)\n"
+             "    return s if i < 0 else s[:i] + s[i + 1:]",
      "test_list": ['assert remove_Occ("hello","l") == "heo"', 'assert remove_Occ("abcda","a") == "bcd"'],
      "test_setup_code": ""},
     {"task_id": 12, "text": "Write a function to square a number using a constant from the setup.",

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import easylemur
-from easylemur.api import LoadedModel
+from easylemur.generate.api import LoadedModel
 from easylemur.errors import run_cli
-from easylemur.generate import GenerateError, main
-from easylemur.tokenizer import Tokenizer
+from easylemur.generate.cli import main
+from easylemur.generate.engine import GenerateError
+from easylemur.tokenizer.spm import Tokenizer
 from hf_models import make_hf_model
 
 PROMPTS = [[5, 17, 300, 2, 41], [7], list(range(3, 40))]  # 3 rows (bucket 4: one filler row), lengths 5, 1, 37

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from easylemur.errors import RunError
-from easylemur.lock import HEARTBEAT_ENV, STALE_ENV, WorkdirLock, WorkdirLocked
+from easylemur.train.lock import HEARTBEAT_ENV, STALE_ENV, WorkdirLock, WorkdirLocked
 from test_run_safety import _wait_for
 from train_run import ROOT, cmd, env
 
@@ -229,7 +229,7 @@ def test_two_sigterms_while_the_first_step_compiles_exit_at_once_without_saving(
 
 SCRIPT = """
 import signal, sys, time
-from easylemur.stop import StopSignals
+from easylemur.train.signals import StopSignals
 
 with StopSignals() as stop:
     # as while the main thread waits in XLA: no Python handler can run in it until it returns
@@ -264,7 +264,7 @@ def test_signals_are_counted_while_the_main_thread_is_blocked(signals):
 
 
 def test_stop_signals_restores_the_handlers_and_wakeup_fd_and_closes_its_fds():
-    from easylemur.stop import StopSignals
+    from easylemur.train.signals import StopSignals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     fds = len(os.listdir("/proc/self/fd"))

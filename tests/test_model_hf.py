@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import easylemur
-from easylemur import hf
-from easylemur.models.llama import Llama
+from easylemur.convert import hf
+from easylemur.model.llama import Llama
 from hf_models import hf_logits, make_hf_model
 
 CASES = {

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from easylemur.config import default_config
-from easylemur.loss import head_loss_sum, target_weights, token_loss_sum
-from easylemur.models.llama import PRESETS, init_params
-from easylemur.optim import decay_mask, make_optimizer, schedule
+from easylemur.ops.loss import head_loss_sum, target_weights, token_loss_sum
+from easylemur.model.llama import PRESETS, init_params
+from easylemur.train.optim import decay_mask, make_optimizer, schedule
 
 
 def _batch(mask, seg):
@@ -66,7 +66,7 @@ def test_schedule_warmup_and_decay():
 
 
 def test_chunked_head_loss_equals_full_logits():
-    from easylemur.models.llama import Llama
+    from easylemur.model.llama import Llama
 
     cfg = dataclasses.replace(PRESETS["tiny"], num_layers=1, vocab_size=301)
     params = init_params(cfg, jax.random.PRNGKey(0))

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from easylemur import checkpoint
-from easylemur.lock import WorkdirLock, WorkdirLocked
+from easylemur.checkpoint import store, model_meta
+from easylemur.checkpoint import __main__ as checkpoint_cli
+from easylemur.train.lock import WorkdirLock, WorkdirLocked
 from train_run import REFERENCE, ROOT, cmd, env, losses, main, run
 
 
@@ -107,7 +108,7 @@ def test_sigterm_saves_exits_cleanly_and_resumes_bit_exact(tmp_path, reference_r
     assert "SIGTERM: finishing this step" in err
     saved = int(out.split("stopped: saved step ")[1].split()[0])
     assert 6 < saved < 30 and (w / "checkpoints" / str(saved)).is_dir()
-    assert checkpoint.verify_step(w / "checkpoints", saved).startswith("ok")
+    assert store.verify_step(w / "checkpoints", saved).startswith("ok")
     assert not any(_alive(c) for c in children), "a process of the run outlived it"
     assert not (w / "run.lock").exists()
     p = run(w, REFERENCE)
@@ -159,12 +160,12 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_step(tmp_path, ref
     assert "checkpoint step 30 is damaged" in p.stdout and f"resumed from {w / 'checkpoints' / '24'}" in p.stdout
     assert (w / "checkpoints" / "30.damaged").is_dir()  # kept for inspection, never deleted
     assert losses(w) == losses(reference_run)  # steps 25..30 again, bit for bit
-    assert checkpoint.verify_step(w / "checkpoints", 30).startswith("ok")
+    assert store.verify_step(w / "checkpoints", 30).startswith("ok")
 
 
 def test_verify_cli_names_the_damaged_step(tmp_path, reference_run, capsys):
     w = _damaged_copy(reference_run, tmp_path, _flip_a_recorded_checksum)
-    assert checkpoint.main(["verify", str(w)]) == 1
+    assert checkpoint_cli.main(["verify", str(w)]) == 1
     out = capsys.readouterr().out
     assert "step 30: DAMAGED:" in out and "checksum" in out and "step 24: ok (" in out
 
@@ -175,7 +176,7 @@ def test_fingerprints_on_device_equal_the_host_ones_and_see_one_flipped_bit():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from easylemur.fingerprint import array_fingerprint, tree_fingerprints
+    from easylemur.checkpoint.fingerprint import array_fingerprint, tree_fingerprints
     from easylemur.sharding import make_mesh
 
     rng = np.random.default_rng(0)
@@ -208,7 +209,7 @@ def test_a_failed_save_stops_the_run_at_that_save(tmp_path):
         good = [s for s in (2, 4, 6) if (w / "checkpoints" / str(s)).is_dir()]
         assert good and f"the newest complete checkpoint is step {good[-1]}" in line
         for s in good:  # the earlier checkpoints are intact
-            assert checkpoint.verify_step(w / "checkpoints", s).startswith("ok")
+            assert store.verify_step(w / "checkpoints", s).startswith("ok")
     finally:
         subprocess.run(["umount", "-l", str(w)])
 
@@ -220,19 +221,19 @@ def test_a_planted_tokenizer_at_a_temp_path_is_never_used(tmp_path, llama2_like_
     import hashlib
     import tempfile
 
-    from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH
+    from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH
 
     raw = Path(DEFAULT_TOKENIZER_PATH).read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     # every predictable name easylemur ever used, and a few others, hold another model
     for name in (f"easylemur-tok-{digest[:16]}.model", f"tokenizer-{digest}.model", f"tokenizer-{digest[:16]}.model"):
         shutil.copy(llama2_like_spm, Path(tempfile.gettempdir()) / name)
-    meta = checkpoint.make_meta(0, checkpoint.model_config_from_json({}), DEFAULT_TOKENIZER_PATH)
-    path = checkpoint.tokenizer_from_json(meta["tokenizer"], meta["tokenizer_sha256"])
+    meta = model_meta.make_meta(0, model_meta.model_config_from_json({}), DEFAULT_TOKENIZER_PATH)
+    path = model_meta.tokenizer_from_json(meta["tokenizer"], meta["tokenizer_sha256"])
     assert path.read_bytes() == raw
     assert os.stat(path.parent).st_mode & 0o077 == 0  # a directory only this user can enter
-    with pytest.raises(checkpoint.CheckpointError, match=f"sha256 {digest}.*recorded 0+"):
-        checkpoint.tokenizer_from_json(base64.b64encode(raw).decode(), "0" * 64)
+    with pytest.raises(store.CheckpointError, match=f"sha256 {digest}.*recorded 0+"):
+        model_meta.tokenizer_from_json(base64.b64encode(raw).decode(), "0" * 64)
 
 
 # ----------------------------------------------------------------------------- one-line errors

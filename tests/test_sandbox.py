@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from easylemur.errors import run_cli
-from easylemur.eval import main
-from easylemur.evaluation.sandbox import PASSED, TIMED_OUT, Job, Sandbox, SandboxUnavailable, run_programs
+from easylemur.eval.cli import main
+from easylemur.eval.sandbox import PASSED, TIMED_OUT, Job, Sandbox, SandboxUnavailable, run_programs
 
 # Without bwrap on PATH these tests cannot run; a bwrap that is present but unusable fails them.
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")

@@ -9,7 +9,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from easylemur import sharding
-from easylemur.models.llama import PRESETS, Llama, init_params, param_shardings
+from easylemur.model.llama import PRESETS, Llama, init_params, param_shardings
 
 
 def test_parse_mesh():
@@ -77,7 +77,7 @@ def test_sharded_forward_equals_single_device():
 
 
 def test_scan_equals_unrolled():
-    from easylemur.models.stacking import scan_params
+    from easylemur.model.stacking import scan_params
 
     params = jax.device_get(init_params(CFG, jax.random.PRNGKey(1)))
     ids = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, 16)))

@@ -10,7 +10,7 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
-from easylemur.tokenizer import (
+from easylemur.tokenizer.spm import (
     CHATML_TOKENS,
     DEFAULT_TOKENIZER_PATH,
     Tokenizer,
@@ -157,7 +157,7 @@ def test_extend_cli(tmp_path, llama2_like_spm):
 
 
 def _cli(argv, capsys) -> tuple[int, str, str]:
-    from easylemur.tokenizer import main
+    from easylemur.tokenizer.cli import main
 
     rc = main([str(a) for a in argv])
     out = capsys.readouterr()

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from easylemur.config import load_config
-from easylemur.loss import token_loss_sum
-from easylemur.models.llama import PRESETS, init_params
-from easylemur.optim import make_optimizer
-from easylemur.step import make_train_step
+from easylemur.ops.loss import token_loss_sum
+from easylemur.model.llama import PRESETS, init_params
+from easylemur.train.optim import make_optimizer
+from easylemur.train.step import make_train_step
 from train_run import REFERENCE, ROOT, cmd, env, free_port, losses, main, run
 
 
@@ -110,7 +110,7 @@ def test_grad_accumulation_equals_one_batch():
 
 def test_chat_loss_reaches_only_assistant_tokens(tmp_path):
     from easylemur.data.pipeline import make_pipeline
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
 
     convs = [
         {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Add 2 and 3."},
@@ -146,7 +146,8 @@ def test_metrics_fields_eval_and_tensorboard(tmp_path):
     rows = [json.loads(l) for l in (w / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2, 4]
     for r in rows:
-        for k in ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second", "mfu", "tokens/code", "tokens/text", "eval_loss"):
+        for k in ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second", "mfu", "tokens/code", "tokens/text",
+                  "eval_loss"):
             assert k in r, k
         assert np.isfinite(r["loss"]) and np.isfinite(r["eval_loss"])
     assert rows[1]["tokens/code"] > rows[0]["tokens/code"] > 0
@@ -196,7 +197,7 @@ def test_nan_loss_stops_with_message(tmp_path, capsys):
 def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
     """init.from an HF model (vocab smaller than the tokenizer's): converted with from-hf, then
     trained unscanned and scanned (restacked on device) with the vocabulary grown: same losses."""
-    from easylemur import convert
+    from easylemur.convert import cli as convert
     from hf_models import make_hf_model
 
     make_hf_model(vocab_size=4000, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -218,8 +219,8 @@ def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
 
 def test_explicit_model_keys_apply_over_init_from(tmp_path):
     from easylemur.config import ConfigError
-    from easylemur.state import resolve_run
-    from easylemur.tokenizer import DEFAULT_TOKENIZER_PATH
+    from easylemur.train.start import resolve_run
+    from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH
     from hf_models import make_hf_model
 
     make_hf_model(vocab_size=4096).save_pretrained(tmp_path)

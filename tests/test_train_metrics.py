@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from easylemur.config import load_config
-from easylemur.optim import make_optimizer
+from easylemur.train.optim import make_optimizer
 from train_run import ROOT, cmd, env, main
 
 

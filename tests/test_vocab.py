@@ -11,11 +11,12 @@ import pytest
 import torch
 
 import easylemur
-from easylemur import convert, hf
-from easylemur.models.llama import Llama
-from easylemur.models.stacking import scan_params
-from easylemur.tokenizer import Tokenizer
-from easylemur.vocab import extend_vocab, grow_rows
+from easylemur.convert import cli as convert
+from easylemur.convert import hf
+from easylemur.model.llama import Llama
+from easylemur.model.stacking import scan_params
+from easylemur.tokenizer.spm import Tokenizer
+from easylemur.model.vocab import extend_vocab, grow_rows
 from hf_models import hf_logits, make_hf_model
 
 
@@ -43,7 +44,8 @@ def test_old_logits_unchanged_new_column_is_mean(tmp_path, tied):
     assert params["embed_tokens"]["embedding"].shape[0] == V, "input tree must not be modified"
     emb = new["embed_tokens"]["embedding"]
     np.testing.assert_array_equal(emb[:V], params["embed_tokens"]["embedding"])
-    np.testing.assert_allclose(emb[V:], np.broadcast_to(params["embed_tokens"]["embedding"].mean(0), (3, cfg.hidden_size)), rtol=1e-6)
+    mean = np.broadcast_to(params["embed_tokens"]["embedding"].mean(0), (3, cfg.hidden_size))
+    np.testing.assert_allclose(emb[V:], mean, rtol=1e-6)
     assert ("lm_head" in new) == (not tied)
 
     ids = np.random.default_rng(0).integers(0, V, size=(2, 24))
@@ -67,7 +69,8 @@ def test_scanned_and_jax_trees(model_dir):
     assert isinstance(out["embed_tokens"]["embedding"], jax.Array)
     V = cfg.vocab_size  # old columns exact; the means differ by summation order only (numpy vs XLA)
     np.testing.assert_array_equal(np.asarray(out["lm_head"]["kernel"])[:, :V], flat["lm_head"]["kernel"][:, :V])
-    np.testing.assert_allclose(np.asarray(out["lm_head"]["kernel"])[:, V:], flat["lm_head"]["kernel"][:, V:], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(out["lm_head"]["kernel"])[:, V:], flat["lm_head"]["kernel"][:, V:],
+                               rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(np.asarray(out["layers"]["mlp"]["up_proj"]["kernel"]),
                                   np.asarray(scanned["layers"]["mlp"]["up_proj"]["kernel"]))
     assert out_cfg.vocab_size == cfg.vocab_size + 2
@@ -117,7 +120,8 @@ def test_from_hf_add_chatml_tokens(tmp_path, llama2_like_spm):
     assert not Tokenizer(str(src / "tokenizer.model")).has_chatml
 
     # ... and exported, transformers sees the grown model and the ChatML tokens
-    assert convert.main(["to-hf", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "out"), "--dtype", "float32"]) == 0
+    assert convert.main(["to-hf", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "out"),
+                         "--dtype", "float32"]) == 0
     exported = LlamaForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32)
     assert exported.config.vocab_size == V + 2
     np.testing.assert_allclose(hf_logits(exported, ids)[..., :V], ref, atol=1e-5 * np.abs(ref).max())

@@ -55,7 +55,7 @@ def main(capsys, workdir, overrides) -> tuple[int, str, str]:
     """The train CLI in-process (its `main` through `run_cli`, as `python -m` runs it), on the
     test session's 8 CPU devices: (exit status, stdout, stderr)."""
     from easylemur.errors import run_cli
-    from easylemur.train import main as train_main
+    from easylemur.train.loop import main as train_main
 
     rc = run_cli(train_main, ["--config", "configs/tiny_pretrain.py", f"--config.workdir={workdir}",
                               *[f"--config.{o}" for o in SMALL + list(overrides)]])

@@ -30,7 +30,8 @@ from typing import Sequence
 from easylemur.errors import add_debug_flag
 
 USAGE = "python -m easylemur.data preview --config CFG [--rows N] [--format json|text] [--debug] [--config.KEY=VALUE ...]"
-STATS_USAGE = ("python -m easylemur.data stats --config CFG [--sample-records N] [--format text|json] [--workers N] [--no-progress] "
+STATS_USAGE = ("python -m easylemur.data stats --config CFG [--sample-records N] [--format text|json] [--workers N] "
+               "[--no-progress] "
                "[--debug] [--config.KEY=VALUE ...]")
 
 
@@ -60,7 +61,7 @@ def _load_tokenizer(cfg):
     """The train loop's choice (data.tokenizer, else init.from's tokenizer, else the shipped
     one); when init.from names a run not trained yet, the shipped one, with a note."""
     from easylemur.data.tokenizer_of import read_source, source_tokenizer
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
 
     try:
         return source_tokenizer(cfg, read_source(cfg.init["from"]))

@@ -59,7 +59,7 @@ from easylemur.data.records import DataError
 from easylemur.data.tokenize import Tokenize, probe_source
 
 if TYPE_CHECKING:
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
 
 # documents a read thread may tokenize ahead of the packer; enough to keep every thread busy
 # across documents of very different lengths, a few MB of ids at most

@@ -428,6 +428,7 @@ def iter_jsonl_texts(path: str | Path, field: str | None) -> Iterator[str]:
         if not isinstance(rec, dict):
             continue
         if field is None:
-            yield from strings({k: v for k, v in rec.items() if k not in ("id", "path", "license", "language", "task", "origin", "source", "topic")})
+            skip = ("id", "path", "license", "language", "task", "origin", "source", "topic")
+            yield from strings({k: v for k, v in rec.items() if k not in skip})
         elif isinstance(rec.get(field), str):
             yield rec[field]

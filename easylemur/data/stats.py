@@ -40,7 +40,7 @@ from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
 from easylemur.data.tokenize import Tokenize
 
 if TYPE_CHECKING:
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
 
 REPEAT_WARN = 4.0  # epochs of one source above which the report warns (Lemur's text repeats ~2x)
 SHARE_WARN = 0.01  # share of the rows below which a source is reported as next to unused
@@ -315,7 +315,8 @@ def warnings(stats: list[SourceStats], plan: Mapping[str, Any]) -> list[str]:
                        f"({p['share']:.1%} of the rows, {s.tokens:,} tokens{' (estimated)' if s.estimated else ''}); "
                        "more data or a smaller weight")
         if p["share"] < SHARE_WARN:
-            out.append(f"source '{s.name}' gets {p['share']:.2%} of the rows (weight {s.weight:g} of {sum(x.weight for x in stats):g})")
+            out.append(f"source '{s.name}' gets {p['share']:.2%} of the rows "
+                       f"(weight {s.weight:g} of {sum(x.weight for x in stats):g})")
         if s.bad_total:
             first = f"; first: {s.bad_examples[0]}" if s.bad_examples else ""
             sampled = " in the sample" if s.estimated else ""

@@ -25,7 +25,7 @@ from easylemur.data.records import (
 )
 
 if TYPE_CHECKING:
-    from easylemur.tokenizer import Tokenizer
+    from easylemur.tokenizer.spm import Tokenizer
 
 
 class Tokenize(grain.transforms.Map):

@@ -15,20 +15,20 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from easylemur.config import ConfigError
-from easylemur.tokenizer import Tokenizer
+from easylemur.tokenizer.spm import Tokenizer
 
 
 def read_source(src: str) -> Any:
     """init.from read once: None, the HF directory, or the checkpoint's `Saved` meta."""
     if not src:
         return None
-    from easylemur import hf
+    from easylemur.convert import hf
 
     if hf.is_hf_dir(src):
         return src
-    from easylemur import checkpoint
+    from easylemur.checkpoint import model_meta
 
-    return checkpoint.read_meta(src)
+    return model_meta.read_meta(src)
 
 
 def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer:
@@ -41,7 +41,8 @@ def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer:
     if isinstance(source, str):
         if (Path(source) / "tokenizer.model").is_file():
             return Tokenizer.load(Path(source) / "tokenizer.model")
-        raise ConfigError(f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it was trained with")
+        raise ConfigError(f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it "
+                          "was trained with")
     if source is not None:
         path = source.tokenizer_path()
         if path is None:

@@ -1,0 +1,165 @@
+"""The model's checkpoint schema on top of the generic store: what a step's `meta` item holds
+for an easylemur model, and loading and saving its parameters.
+
+Layout of a workdir's `checkpoints/<step>/`:
+  params/     the parameter pytree (orbax StandardSave), in the layout meta.model says
+              (scan_layers: stacked `layers`, else `layers_{i}`)
+  opt_state/  optimizer state (absent in parameter-only checkpoints such as from-hf output)
+  meta/       JSON (written by `make_meta` alone, read by `read_meta`/`read_step`): step,
+              model (LlamaConfig fields), tokenizer (base64 sentencepiece model or null) and
+              its sha256, checksums (a fingerprint per array, added by `store.save`); a run's
+              also rng, data_state (every data shard's iterator state, its per-source token
+              counters included), nan_skips and the run config; from-hf's: source
+(docs/design.md, "Checkpoint layout").
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import dataclasses
+import functools
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import orbax.checkpoint as ocp
+
+from easylemur.checkpoint.paths import as_path
+from easylemur.checkpoint.store import CheckpointError, Saved, manager, read_saved, restore_items, restore_meta, save
+from easylemur.model.llama import LlamaConfig, param_specs
+from easylemur.model.stacking import unscan_params
+
+def model_config_to_json(cfg: LlamaConfig) -> dict:
+    d = dataclasses.asdict(cfg)
+    d["rope_scaling"] = cfg.rope_scaling_dict or None
+    return d
+
+
+def model_config_from_json(d: dict, **overrides) -> LlamaConfig:
+    known = {f.name for f in dataclasses.fields(LlamaConfig)}
+    return LlamaConfig(**{**{k: v for k, v in d.items() if k in known}, **overrides})
+
+
+def tokenizer_to_json(path: str | Path | None) -> Optional[str]:
+    return None if path is None else base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def _sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _private_dir() -> Path:
+    """A directory of this process's own (mkdtemp: mode 0700, an unpredictable name), removed at
+    exit. Nothing easylemur reads back comes from a shared, predictable temp path: a file planted
+    there by someone else is never used."""
+    d = Path(tempfile.mkdtemp(prefix="easylemur-"))
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def tokenizer_from_json(blob: Optional[str], sha256: Optional[str] = None, where: str = "checkpoint") -> Optional[Path]:
+    """The embedded sentencepiece model as a file in this process's private directory, checked
+    against the sha256 its checkpoint recorded (a mismatch is an error naming both hashes)."""
+    if not blob:
+        return None
+    raw = base64.b64decode(blob)
+    digest = _sha256(raw)
+    if sha256 and digest != sha256:
+        raise CheckpointError(f"{where}: the embedded tokenizer has sha256 {digest}, but the checkpoint recorded "
+                              f"{sha256}; the checkpoint's meta is damaged")
+    path = _private_dir() / f"tokenizer-{digest}.model"
+    if not path.exists():  # written once per process; only this process can write here
+        with open(path, "xb") as f:
+            f.write(raw)
+    return path
+
+
+def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | None, **extra: Any) -> dict:
+    """The one writer of a checkpoint's `meta` item: step, model config, embedded tokenizer,
+    plus what the caller adds (a run: rng, data_state, nan_skips, config; from-hf: source)."""
+    blob = tokenizer_to_json(tokenizer_path)
+    return {"step": step, "model": model_config_to_json(model_cfg), "tokenizer": blob,
+            "tokenizer_sha256": _sha256(base64.b64decode(blob)) if blob else None, **extra}
+
+
+def save_run(mngr: ocp.CheckpointManager, step: int, state: dict, model_cfg: LlamaConfig, tokenizer_path: str | Path,
+             *, data_state: dict, nan_skips: int, config: dict, force: bool = False) -> bool:
+    """A training checkpoint: params, optimizer state, and the meta a resume needs."""
+    meta = make_meta(step, model_cfg, tokenizer_path, rng={"seed": config.get("seed", 0)}, data_state=data_state,
+                     nan_skips=nan_skips, config=config)
+    return save(mngr, step, state["params"], meta, state["opt_state"], force=force)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCheckpoint(Saved):
+    """A step of an easylemur model: its meta read as the model's config and tokenizer."""
+
+    @property
+    def model_config(self) -> LlamaConfig:
+        return model_config_from_json(self.meta["model"])
+
+    def tokenizer_path(self) -> Optional[Path]:
+        """The embedded sentencepiece model as a file, or None when the checkpoint has none."""
+        return tokenizer_from_json(self.meta.get("tokenizer"), self.meta.get("tokenizer_sha256"), str(self.path))
+
+
+def _model_checkpoint(saved: Saved) -> ModelCheckpoint:
+    if "model" not in saved.meta:
+        raise CheckpointError(f"{saved.path}: meta has no model config; not an easylemur model checkpoint")
+    return ModelCheckpoint(saved.directory, saved.step, saved.meta, saved.step_dir)
+
+
+def read_meta(path: str | Path, step: int | None = None) -> ModelCheckpoint:
+    """The newest model checkpoint of a workdir (or `step`), a checkpoints dir or a step dir
+    (under any name); a checkpoint without a model config is an error naming it."""
+    return _model_checkpoint(read_saved(path, step))
+
+
+def read_step(mngr: ocp.CheckpointManager, step: int) -> ModelCheckpoint:
+    """One step of a manager's directory as a model checkpoint."""
+    return _model_checkpoint(Saved(as_path(mngr.directory), step, restore_meta(mngr, step)))
+
+
+def abstract_params(cfg: LlamaConfig, shardings: Any = None) -> Any:
+    shapes, _ = param_specs(cfg)
+    if shardings is None:
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+
+
+def load_params(src: "ModelCheckpoint | str | Path", step: int | None = None, shardings: Any = None,
+                **overrides) -> tuple[LlamaConfig, Any, Optional[Path]]:
+    """(LlamaConfig, params, tokenizer path) from an easylemur checkpoint (a path, or a `Saved`
+    already read).
+
+    Params come back unscanned (layers_{i}) on one device unless `shardings` (for the
+    checkpoint's own layout) is given; `overrides` replace LlamaConfig fields of the result
+    (dtype, param_dtype, ...)."""
+    saved = src if isinstance(src, ModelCheckpoint) else read_meta(src, step)
+    saved_cfg = saved.model_config
+    pdt = overrides.get("param_dtype", saved_cfg.param_dtype)
+    restore_args = ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params(saved_cfg, shardings)))
+    params = restore_items(saved, restore_args)["params"]
+    cfg = dataclasses.replace(saved_cfg, **overrides)
+    if shardings is None and saved_cfg.scan_layers:
+        params = unscan_params(params, saved_cfg.num_layers)
+        cfg = dataclasses.replace(cfg, scan_layers=False)
+    if pdt != saved_cfg.param_dtype:
+        params = jax.tree.map(lambda x: x.astype(pdt), params)
+    return cfg, params, saved.tokenizer_path()
+
+
+def save_params(out: str | Path, cfg: LlamaConfig, params: Any, tokenizer_path: str | Path | None = None,
+                extra_meta: dict | None = None) -> Path:
+    """A parameter-only checkpoint (step 0) in a workdir-shaped folder `out`."""
+    mngr = manager(as_path(out) / "checkpoints", async_save=False)
+    save(mngr, 0, params, make_meta(0, cfg, tokenizer_path, **(extra_meta or {})), force=True)
+    mngr.wait_until_finished()
+    mngr.close()
+    return as_path(out) / "checkpoints" / "0"

@@ -1,0 +1,199 @@
+"""`python -m easylemur.eval {humaneval,mbpp}`: pass@k of a checkpoint (or of a samples file),
+with every generated program run in the sandbox.
+
+    python -m easylemur.eval humaneval --checkpoint runs/tiny_chat --prompt-format chatml --out eval/he
+    python -m easylemur.eval mbpp --data mbpp.jsonl --checkpoint CKPT -k 1,10 --n 20 --out eval/mbpp
+    python -m easylemur.eval humaneval --samples samples.jsonl --out eval/he_samples
+
+Writes DIR/samples.jsonl (`task_id`, `completion`: the code that was checked) and
+DIR/results.jsonl (`task_id`, `completion_id`, `passed`, `result`: "passed", "timed out" or
+"failed: <reason>", worded by the sandbox's checker, never the program's output); the last
+stdout line is {"pass@1": ..., "n": ..., "problems": ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from easylemur.errors import InputError, add_debug_flag
+from easylemur.eval.passk import mean_pass_at_k
+from easylemur.eval.sandbox import Sandbox, run_programs
+from easylemur.eval.tasks import FORMATS, MBPP, HumanEval, Task, load_humaneval, load_mbpp, read_samples
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(k) for k in text.split(",") if k.strip()})
+    except ValueError:
+        raise InputError(f"-k {text!r}: expected comma-separated integers such as 1,10") from None
+    if not ks or ks[0] < 1:
+        raise InputError(f"-k {text!r}: every k must be >= 1")
+    return ks
+
+
+def _out_dir(path: str, force: bool) -> Path:
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise InputError(f"--out {out}: directory is not empty; pass --force to overwrite its results")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _task(args) -> Task:
+    if args.task == "humaneval":
+        return HumanEval(load_humaneval(args.data), args.prompt_format)
+    if not args.data:
+        raise InputError("mbpp needs --data: a JSONL file in MBPP's format, or an HF dataset name such as mbpp")
+    test, fewshot = load_mbpp(args.data)
+    return MBPP(test, args.prompt_format, fewshot)
+
+
+def _progress(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, disable=None, dynamic_ncols=True)
+
+
+def _generate(task: Task, args, n: int) -> list[tuple[Any, str]]:
+    """(task_id, code) for n samples of every problem, from the checkpoint."""
+    import easylemur
+    from easylemur.data.chat import render_prompt
+    from easylemur.generate.engine import truncate_at_stops
+
+    model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
+    tok = model.tokenizer
+    if tok is None:
+        raise InputError(f"--checkpoint {args.checkpoint}: no tokenizer, cannot encode the prompts")
+    rows = []  # (problem, sample index, prompt ids)
+    for p in task.problems:
+        prompt = task.prompt(p)
+        if prompt.messages:
+            tok.require_chatml()
+            ids = render_prompt(list(prompt.messages), tok) + tok.encode(prompt.assistant_prefix, continuation=True)
+        else:
+            ids = [tok.bos_id] + tok.encode(prompt.text)  # BOS as every pre-training document starts
+        rows += [(p, j, ids) for j in range(n)]
+    # Similar lengths together: fewer padded positions per batch and fewer shape buckets.
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][2]))
+    codes: list[Optional[str]] = [None] * len(rows)
+    bar = _progress(len(rows), "generate")
+    for start in range(0, len(order), args.batch_size):
+        chunk = order[start:start + args.batch_size]
+        # a seed per sample, so a sample does not depend on which batch it landed in
+        seeds = [(args.seed * 1_000_003 + i) % 2**31 for i in chunk]
+        new = model.generate([rows[i][2] for i in chunk], max_new_tokens=args.max_new_tokens,
+                             temperature=args.temperature, top_p=args.top_p, seed=seeds)
+        for i, ids in zip(chunk, new):
+            p = rows[i][0]
+            codes[i] = task.extract(p, truncate_at_stops(tok.decode(ids), task.stops()))
+        bar.update(len(chunk))
+    bar.close()
+    return [(rows[i][0].task_id, codes[i]) for i in range(len(rows))]
+
+
+def _from_samples(task: Task, path: str) -> list[tuple[Any, str]]:
+    known = {str(p.task_id): p for p in task.problems}
+    samples = []
+    for where, tid, completion in read_samples(path):
+        p = known.get(str(tid))
+        if p is None:
+            raise InputError(f"{where}: task_id {tid!r} is not a {task.name} problem")
+        samples.append((p.task_id, completion))
+    if not samples:
+        raise InputError(f"{path}: no samples")
+    present = {str(t) for t, _ in samples}
+    task.problems = [p for p in task.problems if str(p.task_id) in present]
+    return samples
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m easylemur.eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("task", choices=("humaneval", "mbpp"))
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help="easylemur workdir, checkpoint step dir, or HF dir to generate with")
+    src.add_argument("--samples", help="JSONL of {task_id, completion} to check instead of generating")
+    parser.add_argument("--data", default=None,
+                        help="mbpp: JSONL in MBPP's format, or an HF dataset name; humaneval: another HumanEval.jsonl(.gz)")
+    parser.add_argument("-k", default="1", help="comma-separated k of pass@k (default 1)")
+    parser.add_argument("--n", type=int, default=None, help="samples per problem (default: the largest k)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    parser.add_argument("--prompt-format", choices=FORMATS, default="base")
+    parser.add_argument("--temperature", type=float, default=None, help="default: 0 (greedy) for n=1, else 0.8")
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=16, help="prompts decoded together")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
+    parser.add_argument("--dtype", default=None, help="compute dtype (default float32)")
+    parser.add_argument("--mesh", default=None, help="shard the model, e.g. 'data:1,fsdp:1,tensor:-1'")
+    parser.add_argument("--workers", type=int, default=0, help="programs run in parallel (default: the core count)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per program")
+    parser.add_argument("--memory-mb", type=int, default=2048,
+                        help="memory budget per program: its address space plus its /tmp and /dev/shm (80 MiB)")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run generated code without bubblewrap (checker process, rlimits and timeouts only: "
+                             "a hostile program can read your files and forge a pass)")
+    parser.add_argument("--out", required=True, help="directory for samples.jsonl and results.jsonl")
+    parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    add_debug_flag(parser)
+    args = parser.parse_args(argv)
+
+    ks = _ks(args.k)
+    for name in ("limit", "batch_size", "max_new_tokens", "n", "memory_mb"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise InputError(f"--{name.replace('_', '-')} {v}: must be at least 1")
+    if args.workers < 0 or args.timeout <= 0:
+        raise InputError("--workers must be >= 0 and --timeout > 0")
+    n = args.n or max(ks)
+    if args.checkpoint and max(ks) > n:
+        raise InputError(f"-k {args.k}: pass@{max(ks)} needs --n >= {max(ks)}, got --n {n}")
+    if args.temperature is None:
+        args.temperature = 0.0 if n == 1 else 0.8
+    out = _out_dir(args.out, args.force)
+    sandbox = Sandbox(timeout=args.timeout, memory_bytes=args.memory_mb << 20, unsafe_no_sandbox=args.unsafe_no_sandbox)
+    sandbox.check()  # refuse before spending time on generation
+
+    task = _task(args)
+    if args.samples:
+        samples = _from_samples(task, args.samples)  # also keeps only the problems it has samples for
+        task.problems = task.problems[: args.limit]
+        keep = {str(p.task_id) for p in task.problems}
+        samples = [s for s in samples if str(s[0]) in keep]
+        if max(ks) > min(sum(str(t) == key for t, _ in samples) for key in keep):
+            raise InputError(f"-k {args.k}: pass@{max(ks)} needs at least {max(ks)} samples of every problem "
+                             f"in {args.samples}")
+    else:
+        task.problems = task.problems[: args.limit]
+        samples = _generate(task, args, n)
+    with open(out / "samples.jsonl", "w") as f:
+        for tid, code in samples:
+            f.write(json.dumps({"task_id": tid, "completion": code}) + "\n")
+
+    by_id = {str(p.task_id): p for p in task.problems}
+    programs = [task.program(by_id[str(tid)], code) for tid, code in samples]
+    bar = _progress(len(programs), "execute")
+    results = run_programs(programs, sandbox, args.workers, progress=lambda: bar.update(1))
+    bar.close()
+
+    counts: dict[str, list[int]] = {str(p.task_id): [0, 0] for p in task.problems}
+    seen: dict[str, int] = {}
+    with open(out / "results.jsonl", "w") as f:
+        for (tid, _), result in zip(samples, results):
+            key = str(tid)
+            counts[key][0] += 1
+            counts[key][1] += result == "passed"
+            seen[key] = seen.get(key, -1) + 1
+            f.write(json.dumps({"task_id": tid, "completion_id": seen[key], "passed": result == "passed",
+                                "result": result}) + "\n")
+    scores = mean_pass_at_k([tuple(c) for c in counts.values()], ks)
+    sizes = sorted({c[0] for c in counts.values()})
+    summary = {**scores, "n": sizes[0] if len(sizes) == 1 else sizes, "problems": len(counts)}
+    print(json.dumps(summary), flush=True)
+    return 0

@@ -1,0 +1,183 @@
+"""`easylemur.load(path)`: the model object users script against."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from easylemur.convert import hf
+from easylemur.errors import InputError
+from easylemur.tokenizer.spm import check_text
+from easylemur.model.llama import Llama, LlamaConfig
+
+Messages = Sequence[Mapping[str, str]]
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    config: LlamaConfig
+    params: Any  # unscanned nested dict of arrays (in shards over `mesh` when it is set)
+    tokenizer: Optional[Any] = None
+    path: str = ""
+    mesh: Optional[Mesh] = None
+
+    def __post_init__(self):
+        if self.config.scan_layers:
+            self.config = dataclasses.replace(self.config, scan_layers=False)
+        self._forward = jax.jit(
+            lambda params, ids, pos, seg: Llama(self.config, self.mesh).apply({"params": params}, ids, pos, seg)
+        )
+        self._decoder = None
+
+    @property
+    def decoder(self):
+        """The decode engine; it keeps its compiled programs for the life of the model."""
+        if self._decoder is None:
+            from easylemur.generate.engine import Decoder
+
+            self._decoder = Decoder(self.config, self.params, self.mesh)
+        return self._decoder
+
+    def logits(self, input_ids, positions=None, segment_ids=None) -> jax.Array:
+        """[batch, length] token ids -> [batch, length, vocab] float32 logits."""
+        ids = jnp.asarray(np.asarray(input_ids), jnp.int32)
+        if ids.ndim == 1:
+            ids = ids[None]
+        B, T = ids.shape
+        pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)) if positions is None else jnp.asarray(positions, jnp.int32)
+        seg = jnp.ones((B, T), jnp.int32) if segment_ids is None else jnp.asarray(segment_ids, jnp.int32)
+        return self._forward(self.params, ids, pos, seg)
+
+    def default_stop_ids(self) -> list[int]:
+        """EOS and, when the tokenizer has ChatML, <|im_end|> (chat models never train EOS)."""
+        stops = {self.config.eos_token_id}
+        if self.tokenizer is not None:
+            stops.add(self.tokenizer.eos_id)
+            if self.tokenizer.im_end_id is not None:
+                stops.add(self.tokenizer.im_end_id)
+        return sorted(s for s in stops if s is not None and s >= 0)
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int | Sequence[int] = 0,
+                 stop_ids: Optional[Sequence[int]] = None, on_token=None) -> list[list[int]]:
+        """Decodes a batch of prompts (lists of token ids, any lengths) in one compiled loop;
+        returns each prompt's new ids, without the stop id that ended it.
+
+        `stop_ids`: None stops on EOS and <|im_end|> (`default_stop_ids`); a list stops on
+        exactly those ids ([] never stops early). temperature 0 is greedy; top_k 0 and top_p 1
+        filter nothing. See `easylemur.generate.Decoder.generate` for `seed` and `on_token`."""
+        stops = self.default_stop_ids() if stop_ids is None else list(stop_ids)
+        return self.decoder.generate(prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                                     top_k=top_k, top_p=top_p, seed=seed, stop_ids=stops, on_token=on_token)
+
+    def _tok(self):
+        if self.tokenizer is None:
+            raise InputError(f"{self.path}: no tokenizer in this checkpoint; cannot encode a text prompt")
+        return self.tokenizer
+
+    def _decode_texts(self, ids: list[list[int]], max_new_tokens: int, stop: Sequence[str], stream: bool,
+                      **opts) -> list[str]:
+        from easylemur.generate.engine import TextStream, truncate_at_stops
+
+        tok = self._tok()
+        if stream and len(ids) != 1:
+            raise InputError(f"stream=True prints one prompt's text; got {len(ids)} prompts")
+        on_token = TextStream(tok) if stream else None
+        new = self.generate(ids, max_new_tokens=max_new_tokens, on_token=on_token, **opts)
+        return [truncate_at_stops(tok.decode(n), stop) for n in new]
+
+    def complete(self, prompts: str | Sequence[str], *, max_new_tokens: int = 128, stop: Sequence[str] = (),
+                 stream: bool = False, **opts) -> str | list[str]:
+        """Continues text prompts: BOS + the encoded text, as a pre-training document starts.
+        Returns the new text of each prompt, cut before the first of the `stop` strings (a
+        single string in, a single string out). `opts`: generate()'s temperature, top_k, top_p,
+        seed, stop_ids."""
+        tok = self._tok()
+        single = isinstance(prompts, str)
+        texts = [prompts] if single else list(prompts)
+        for i, t in enumerate(texts):
+            check_text(t, "prompt" if single else f"prompt {i}")
+        out = self._decode_texts([[tok.bos_id] + tok.encode(t) for t in texts], max_new_tokens, stop, stream, **opts)
+        return out[0] if single else out
+
+    def chat(self, conversations: str | Messages | Sequence[Messages], *, max_new_tokens: int = 128,
+             assistant_prefix: str = "", stop: Sequence[str] = (), stream: bool = False, **opts) -> str | list[str]:
+        """The assistant's reply to a conversation, rendered by the one ChatML renderer (BOS,
+        turns, `<|im_start|>assistant\\n`), as in training. A string is one user turn; a list of
+        {"role", "content"} is one conversation (returns a string); a list of such lists is a
+        batch (returns a list). `assistant_prefix` starts the reply (the turn is left open and
+        the model continues it; the prefix is not repeated in the result)."""
+        from easylemur.data.chat import render_prompt
+
+        tok = self._tok()
+        tok.require_chatml()
+        if isinstance(conversations, str):
+            batch, single = [[{"role": "user", "content": conversations}]], True
+        elif conversations and isinstance(conversations[0], Mapping):
+            batch, single = [list(conversations)], True
+        else:
+            batch, single = [list(c) for c in conversations], False
+        for i, conversation in enumerate(batch):
+            for j, message in enumerate(conversation):
+                where = (f"conversation {i}, " if not single else "") + f"message {j}"
+                check_text(message.get("content", "") if isinstance(message, Mapping) else message, where)
+        check_text(assistant_prefix, "assistant_prefix")
+        prefix = tok.encode(assistant_prefix, continuation=True) if assistant_prefix else []
+        ids = [render_prompt(c, tok) + prefix for c in batch]
+        out = self._decode_texts(ids, max_new_tokens, stop, stream, **opts)
+        return out[0] if single else out
+
+
+def _mesh(mesh: Mesh | str | None) -> Optional[Mesh]:
+    if mesh is None or isinstance(mesh, Mesh):
+        return mesh
+    from easylemur.sharding import make_mesh
+
+    return make_mesh(mesh)
+
+
+def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "float32", step: int | None = None,
+         mesh: Mesh | str | None = None) -> LoadedModel:
+    """Loads an HF Llama directory, an easylemur checkpoint step dir, or a workdir (newest step).
+
+    `dtype` sets the compute dtype (default float32, whatever the checkpoint trained with);
+    parameters are held in `param_dtype`. `mesh` (a Mesh or a spec such as
+    'data:1,fsdp:2,tensor:4') places the parameters in the training rule table's shardings;
+    a scanned checkpoint is restored in shards and unstacked on device."""
+    from easylemur.checkpoint import model_meta
+    from easylemur.convert.weights import load_weights, one_device_mesh
+
+    path = Path(path)
+    overrides = {"param_dtype": param_dtype, "dtype": dtype or "float32"}
+    mesh = _mesh(mesh)
+    if hf.is_hf_dir(path):
+        source, cfg, tokenizer = path, hf.read_hf_config(path, **overrides), _maybe_tokenizer(path)
+    else:
+        source = model_meta.read_meta(path, step)
+        cfg = dataclasses.replace(source.model_config, **overrides)
+        tok_path = source.tokenizer_path()
+        tokenizer = None
+        if tok_path is not None:
+            from easylemur.tokenizer.spm import Tokenizer
+
+            tokenizer = Tokenizer.load(tok_path)
+    # served unscanned: the decoder's cache is per layer; a scanned checkpoint is restored in
+    # shards and unstacked on device
+    cfg = dataclasses.replace(cfg, scan_layers=False)
+    params = load_weights(source, cfg, mesh if mesh is not None else one_device_mesh())
+    return LoadedModel(cfg, params, tokenizer, str(path), mesh)
+
+
+def _maybe_tokenizer(path: Path):
+    file = path / "tokenizer.model"
+    if not file.is_file():
+        return None
+    from easylemur.tokenizer.spm import Tokenizer
+
+    return Tokenizer.load(file)

@@ -1,3 +1,0 @@
-from easylemur.models.llama import PRESETS, Llama, LlamaConfig
-
-__all__ = ["PRESETS", "Llama", "LlamaConfig"]

@@ -1,0 +1,218 @@
+"""`python -m easylemur.aot --config CFG --accelerator v4-512`: does this run fit that TPU pod?
+
+Compiles the train step `train` would run for the config (the same model config resolution,
+the same step builder) on this CPU through libtpu, for the devices a TPU VM of that type
+presents to JAX, and prints one JSON line (docs/design.md, "TPU AOT"):
+
+  accelerator, topology, chip_config, devices, device_kind, mesh, params, model_from, batch,
+  attention, peak_bytes_per_device (the TPU compiler's own peak, the figure it checks against
+  HBM: "Total bytes" of its memory-usage report), hbm_bytes_per_device (the capacity the
+  compiler reports), headroom (1 - peak / HBM), fits, memory_analysis (XLA's per-kind sums,
+  which may add up to more than the peak), flops_per_step and flops_per_device_per_step
+  (metrics.flops_per_token's formula: cost_analysis counts a scanned layer once and leaves
+  Pallas kernels out).
+
+A compile-time HBM OOM is an answer (fits: false), not a crash. Exit status: 0 fits, 1 does not
+fit, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import tempfile
+from typing import Any, Optional, Sequence
+
+from easylemur.errors import InputError, add_debug_flag
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+# Chips -> the torus a slice of that many chips is (gcloud's shapes; v4 and v5p 3D, v5e and
+# v6e 2D).
+_SHAPES_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
+              512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16", 3072: "12x16x16", 4096: "16x16x16"}
+_SHAPES_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+# gcloud accelerator prefix -> (libtpu platform name, cores per chip counted in the type's
+# number, chip config a TPU VM of that type runs JAX in). v4 and v5p VMs run in megacore mode:
+# each chip's two TensorCores are one JAX device with the whole chip's HBM (MaxText compiles
+# them the same way); v5e and v6e have one core per chip.
+_ACCELERATORS = {"v4": ("v4", 2, "megacore"), "v5p": ("v5p", 2, "megacore"), "v5litepod": ("v5e", 1, "default"),
+                 "v6e": ("v6e", 1, "default")}
+
+
+def accelerator_topology(accelerator: str) -> tuple[str, str]:
+    """gcloud's accelerator type ('v4-512', 'v5litepod-16', 'v5p-128', 'v6e-256') -> (libtpu
+    topology name, chip config) of what a TPU VM of that type presents to JAX."""
+    m = re.fullmatch(r"(v4|v5p|v5litepod|v6e)-(\d+)", accelerator.strip())
+    if not m:
+        raise InputError(f"--accelerator {accelerator!r}: expected a TPU type as gcloud names it: v4-N, v5litepod-N, "
+                         "v5p-N or v6e-N (e.g. v4-512)")
+    platform, per_chip, chip_config = _ACCELERATORS[m.group(1)]
+    n = int(m.group(2))
+    chips = n // per_chip
+    shapes = _SHAPES_3D if per_chip == 2 else _SHAPES_2D
+    if n % per_chip or chips not in shapes:
+        sizes = ", ".join(f"{m.group(1)}-{c * per_chip}" for c in shapes)
+        raise InputError(f"--accelerator {accelerator}: no such slice; {m.group(1)} slices are {sizes}")
+    return f"{platform}:{shapes[chips]}", chip_config
+
+
+def default_chip_config(topology: str) -> str:
+    """The chip config a TPU VM runs JAX in for this topology's generation."""
+    return "megacore" if topology.split(":")[0] in ("v4", "v5p") else "default"
+
+
+def topology_devices(topology: str, chip_config: str) -> list:
+    from jax.experimental import topologies
+
+    kwargs = {} if chip_config == "default" else {"chip_config_name": chip_config}
+    try:
+        return list(topologies.get_topology_desc(platform="tpu", topology_name=topology, **kwargs).devices)
+    except Exception as e:
+        raise InputError(f"cannot describe TPU topology {topology!r} (chip config {chip_config}) with libtpu: "
+                         f"{' '.join(str(e).split())[:300]}") from e
+
+
+def _parse_oom(message: str) -> tuple[Optional[float], Optional[float]]:
+    """(used, capacity) bytes from XLA's compile-time OOM message (two wordings seen)."""
+    for pattern in (r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) hbm",
+                    r"required for [^(]*\(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)"):
+        m = re.search(pattern, message)
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2)], float(m.group(3)) * _UNITS[m.group(4)]
+    return None, None
+
+
+def hbm_capacity(devices: list) -> Optional[float]:
+    """The HBM per device the TPU compiler allows, asked of the compiler itself: a program that
+    cannot fit, whose compile-time OOM message states the capacity."""
+    import jax
+    import jax.numpy as jnp
+
+    mesh = jax.sharding.Mesh(devices[:1], ("x",))
+    sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    too_big = jax.ShapeDtypeStruct((2**20, 2**18), jnp.float32, sharding=sh)  # 1 TiB
+    try:
+        jax.jit(lambda a: a * 2, out_shardings=sh).lower(too_big).compile()
+    except Exception as e:
+        return _parse_oom(str(e))[1]
+    return None
+
+
+def compiler_peak_bytes(dump_dir: str, module: str = "jit_step") -> Optional[int]:
+    """The TPU compiler's peak for the compiled module: "Total bytes" of the memory-usage
+    report it writes with xla_dump_to."""
+    totals = []
+    for path in glob.glob(f"{dump_dir}/*{module}*memory-usage-report*.txt"):
+        m = re.search(r"Total bytes: (\d+)", open(path).read())
+        if m:
+            totals.append(int(m.group(1)))
+    return max(totals) if totals else None
+
+
+def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, accelerator: Optional[str] = None) -> dict:
+    """Compiles the train step `train` would run for `cfg` (same model config resolution,
+    same step builder) for `topology` as a TPU VM presents it, and reports its memory against
+    the device's HBM."""
+    from easylemur import sharding
+    from easylemur.train.metrics import flops_per_token
+    from easylemur.train.step import build_train_step
+
+    chip_config = chip_config or default_chip_config(topology)
+    devices = topology_devices(topology, chip_config)
+    mesh = sharding.make_mesh(cfg.mesh, devices)
+    model_cfg, model_from = run_model_config(cfg)
+    train_step = build_train_step(cfg, model_cfg, mesh)
+    B, T = cfg.train.batch_size, cfg.data.seq_len
+    hbm = hbm_capacity(devices)
+    flops = flops_per_token(model_cfg, T) * B * T
+    result = {"accelerator": accelerator, "topology": topology, "chip_config": chip_config, "devices": len(devices),
+              "device_kind": devices[0].device_kind, "mesh": dict(mesh.shape), "params": model_cfg.num_params(),
+              "model_from": model_from, "batch": [B, T], "attention": model_cfg.attention,
+              "remat": model_cfg.remat, "flops_per_step": flops, "flops_per_device_per_step": flops / len(devices)}
+    with tempfile.TemporaryDirectory(prefix="easylemur-aot-") as dump:
+        try:
+            compiled = train_step.lower(B, T, mesh).compile({"xla_dump_to": dump})
+        except Exception as e:  # XLA raises a runtime error for compile-time OOM
+            text = str(e)
+            if "RESOURCE_EXHAUSTED" not in text and "hbm" not in text.lower():
+                raise
+            used, cap = _parse_oom(text)
+            cap = cap or hbm
+            return {**result, "peak_bytes_per_device": used, "hbm_bytes_per_device": cap,
+                    "headroom": 1 - used / cap if used and cap else None, "fits": False,
+                    "error": text.splitlines()[0][:300]}
+        peak = compiler_peak_bytes(dump)
+    mem = compiled.memory_analysis()
+    analysis = {k: int(getattr(mem, f"{k}_size_in_bytes", 0)) for k in ("argument", "output", "alias", "temp", "generated_code")}
+    analysis["sum"] = (analysis["argument"] + analysis["output"] - analysis["alias"] + analysis["temp"]
+                       + analysis["generated_code"])
+    # The verdict is the TPU compiler's: it checks its peak against HBM and fails the compile
+    # (handled above) when the program does not fit.
+    return {**result, "peak_bytes_per_device": peak, "hbm_bytes_per_device": hbm,
+            "headroom": 1 - peak / hbm if peak and hbm else None, "fits": True, "memory_analysis": analysis}
+
+
+def run_model_config(cfg) -> tuple[Any, str]:
+    """(model config, where it came from): the one `train` would resolve for `cfg` (resumed
+    checkpoint, init.from, or preset; vocabulary growth included). When the weights it names
+    are not readable on this machine (the usual case: checking a pod run on a laptop before the
+    weights are there), the preset with the config's model.* keys, and the output says so."""
+    from easylemur.checkpoint import store, model_meta
+    from easylemur.checkpoint.paths import as_path
+    from easylemur.convert import hf
+    from easylemur.config import ConfigError, model_config
+    from easylemur.train.start import resolve_run
+
+    try:
+        resume = None
+        if cfg.workdir and (as_path(cfg.workdir) / "checkpoints").is_dir():
+            try:
+                resume = model_meta.read_meta(cfg.workdir)
+            except store.CheckpointError:  # an empty checkpoints/ directory: a fresh start
+                pass
+        spec = resolve_run(cfg, resume)
+    except (ConfigError, store.CheckpointError, hf.HFFormatError, OSError) as e:
+        if not cfg.init["from"]:
+            raise
+        return model_config(cfg), f"preset {cfg.model.preset!r} with the config's model keys ({e})"
+    if spec.resume is not None:
+        return spec.model_cfg, f"resumed checkpoint {spec.resume.path}"
+    return spec.model_cfg, f"init.from={cfg.init['from']}" if cfg.init["from"] else "preset and model keys"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from easylemur.config import OVERRIDE_HELP, cli_config
+
+    parser = argparse.ArgumentParser(
+        prog="python -m easylemur.aot",
+        description="Compile a config's train step for a TPU topology on this CPU (via libtpu) and "
+        f"report per-device memory against HBM. Needs libtpu (pip install 'easylemur[tpu]'). {OVERRIDE_HELP}",
+    )
+    parser.add_argument("--config", required=True, help="a configs/*.py file")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--accelerator", help="TPU type as gcloud names it: v4-N, v5litepod-N, v5p-N, v6e-N (e.g. v4-512); "
+                       "compiled for the devices a TPU VM of that type presents (v4/v5p: megacore)")
+    where.add_argument("--topology", help="expert form: a libtpu topology name, e.g. v4:4x8x8, v5e:2x2, v5p:2x2x2")
+    parser.add_argument("--chip-config", choices=("default", "megacore"), default=None,
+                        help="with --topology: libtpu's chip config (default: megacore for v4/v5p, as their VMs run)")
+    add_debug_flag(parser)
+    args, cfg = cli_config(parser, argv)
+    if args.accelerator:
+        if args.chip_config:
+            parser.error("--chip-config goes with --topology; --accelerator implies the chip config its VMs run")
+        topology, chip_config = accelerator_topology(args.accelerator)
+    else:
+        topology, chip_config = args.topology, args.chip_config
+    try:
+        result = compile_for_topology(cfg, topology, chip_config, args.accelerator)
+    except InputError:
+        raise
+    except Exception as e:
+        if "topology" in str(e).lower() or "libtpu" in str(e).lower() or "tpu" in type(e).__name__.lower():
+            raise InputError(f"cannot compile for topology {topology!r}: {e}") from e
+        raise
+    print(json.dumps(result), flush=True)
+    return 0 if result["fits"] else 1

@@ -1,0 +1,189 @@
+"""THE train loop, for continued pre-training and chat fine-tuning alike.
+
+    python -m easylemur.train --config configs/tiny_pretrain.py [--config.train.steps=50 ...]
+
+The run is wiring (docs/design.md, "Architecture"): config -> mesh -> the run's starting
+state (`state.restore_or_init`: fresh, init.from, or resumed from the newest checkpoint in
+the workdir) -> data shards -> the jitted step, with its side jobs in small objects: the
+`StepLogger` (metrics, MFU, NaN policy, progress), eval batches, checkpoint saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+from typing import Any, Optional, Sequence
+
+import jax
+from ml_collections import ConfigDict
+
+from easylemur import sharding
+from easylemur.checkpoint import store, model_meta
+from easylemur.checkpoint.paths import as_path
+from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
+from easylemur.data.shards import DataShards, eval_batches
+from easylemur.data.stats import preflight
+from easylemur.errors import add_debug_flag
+from easylemur.train.lock import WorkdirLock
+from easylemur.train.metrics import MetricsWriter, StepLogger, TrainingError, due
+from easylemur.train.start import restore_or_init
+from easylemur.train.signals import StopSignals
+from easylemur.train.step import build_eval_step, mean_eval_loss
+
+
+def train(cfg: ConfigDict) -> dict:
+    """Runs (or resumes) the run `cfg` describes to train.steps; returns the last step, its
+    loss and grad norm, the tokens seen per source, and `stopped_by` (the signal that stopped
+    it after a save, or None)."""
+    d = cfg.distributed
+    sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id)
+    if not cfg.workdir:
+        raise ConfigError("workdir is empty; set --config.workdir=DIR")
+    workdir = as_path(cfg.workdir)
+    check_workdir(workdir)
+    with contextlib.ExitStack() as run_scope:
+        # a run that fails to start takes back what it created in the workdir: its files while
+        # it still holds the lock, then (pushed first, so run last) the directories it made
+        start = FailedStartCleanup(workdir)
+        run_scope.push(start.remove_dirs)
+        lock = WorkdirLock(workdir) if jax.process_index() == 0 else None
+        if lock is not None:  # before anything in the workdir is read or written
+            run_scope.enter_context(lock)
+        stop = run_scope.enter_context(StopSignals())
+        run_scope.push(start.remove_files)  # only once the lock is this run's
+        mesh = sharding.make_mesh(cfg.mesh)
+        mngr = store.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
+        run_scope.callback(mngr.close)
+        run = restore_or_init(cfg, mesh, mngr)
+        if cfg.data.preflight:  # every record read before step 1 (docs/design.md, "Data stats")
+            preflight(cfg, run.tokenizer)
+        if jax.process_index() == 0:
+            (workdir / "config.json").write_text(to_json(cfg))
+
+        data = DataShards(cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size, seed=cfg.seed)
+        run_scope.callback(data.close)
+        if run.data_state is not None:
+            data.set_state(run.data_state)
+        eval_fn = build_eval_step(cfg, run.model_cfg, mesh)
+        writer = MetricsWriter(workdir, cfg.log.wandb_project, cfg.to_dict(), resume_step=run.start_step)
+        run_scope.callback(writer.close)
+        logger = StepLogger(cfg, writer, run.model_cfg, data.source_names, start_step=run.start_step,
+                            nan_skips=run.nan_skips)
+        run_scope.callback(logger.close)
+        if jax.process_index() == 0:
+            print(
+                f"model {run.model_cfg.num_params() / 1e6:.2f}M params, {jax.device_count()} devices, mesh "
+                f"{dict(mesh.shape)}, peak {logger.peak:.3g} FLOP/s ({logger.peak_how}), "
+                f"steps {run.start_step}->{cfg.train.steps}", flush=True,
+            )
+
+        start.started = True
+        state, step = run.state, run.start_step
+        try:
+            while step < cfg.train.steps:
+                state, metrics = run.train_step.fn(state, next(data))
+                step += 1
+                if lock is not None:
+                    lock.check()  # a lost workdir lock stops the run before it logs or saves again
+                logger.push(step, metrics, data.local_token_counts())
+                if due(step, cfg.eval.every):  # these weights, before the next step replaces them
+                    params = state["params"]
+                    logger.flush(evaluate=lambda: mean_eval_loss(eval_fn, params, eval_batches(
+                        cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size, batches=cfg.eval.batches)))
+                store.check_save_errors(mngr)  # a failed async save stops the run here
+                stopping = mngr.reached_preemption(step) or stop.requested
+                last = step == cfg.train.steps
+                if due(step, cfg.checkpoint.every) or last or stopping:
+                    logger.flush()
+                    with logger.side_job():  # not step time (tokens/s)
+                        model_meta.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
+                                            data_state=data.get_state(), nan_skips=logger.nan_skips,
+                                            config=cfg.to_dict(), force=last or stopping)
+                if stopping:
+                    store.check_save_errors(mngr, wait=True)
+                    print(f"stopped: saved step {step} in {workdir / 'checkpoints'}; run the same command to resume",
+                          flush=True)
+                    break
+            logger.flush()
+            store.check_save_errors(mngr, wait=True)
+        except TrainingError as e:
+            raise TrainingError(f"{e} {store.last_good(mngr)}") from None
+        except BaseException:
+            # the error in flight is the one to report; still let committed saves finish
+            with contextlib.suppress(Exception):
+                mngr.wait_until_finished()
+            raise
+    return {"step": step, **logger.last, "tokens": logger.tokens,
+            "stopped_by": stop.signum if step < cfg.train.steps else None}
+
+
+def check_workdir(workdir: Any) -> None:
+    """Refuses, by name, a workdir that is a file or lies under one, before anything is created
+    (mkdir's own error, `[Errno 17] File exists`, names neither)."""
+    if "://" in str(workdir):
+        return
+    for p in (workdir, *workdir.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is a file" if p == workdir else f"lies under {p}, which is a file"
+                raise ConfigError(f"workdir={workdir}: {where}; a workdir is a directory")
+            return
+
+
+class FailedStartCleanup:
+    """Removes what a run that fails before its first step created (docs/design.md, "Errors"):
+    a failed init.from, a bad data path, must not leave an empty `checkpoints/` (which would
+    look like a run), a config.json, or the workdir itself behind. Only paths that did not
+    exist when the run began are touched. `remove_files` runs while the run still holds the
+    workdir lock (so nothing of another run is touched); `remove_dirs` after the lock is
+    released, and only removes empty directories (rmdir). Process 0, local workdirs only."""
+
+    def __init__(self, workdir: Any):
+        self.started = False  # set just before the first step: from then on, what the run wrote stays
+        self.tb = workdir / "tb"  # holds nothing but this run's event file, when this run made it
+        self.files: list = []
+        self.dirs: list = []
+        if jax.process_index() != 0 or "://" in str(workdir):
+            return
+        self.files = [p for p in (workdir / "checkpoints", self.tb, workdir / "config.json", workdir / "metrics.jsonl")
+                      if not p.exists()]
+        self.dirs = [p for p in (workdir, *workdir.parents) if not p.exists()]  # deepest first
+
+    def remove_files(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and not self.started:
+            for p in self.files:
+                with contextlib.suppress(OSError):
+                    if p == self.tb and p.is_dir():
+                        shutil.rmtree(p)
+                    elif p.is_dir():
+                        p.rmdir()  # checkpoints/: only when no step was written into it
+                    elif p.exists():
+                        p.unlink()
+        return False  # the error that stopped the start is the one reported
+
+    def remove_dirs(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and not self.started:
+            for p in self.dirs:
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+        return False
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m easylemur.train",
+        description="Train (continued pre-training or chat fine-tuning). Resumes from the newest checkpoint in the "
+        f"config's workdir. {OVERRIDE_HELP}",
+    )
+    parser.add_argument("--config", required=True, help="a configs/*.py file defining get_config()")
+    add_debug_flag(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit status: 0 done, 1 a failed run, 2 bad input (config, data, checkpoint, mesh), 128 +
+    the signal's number when SIGTERM/SIGINT stopped the run after saving."""
+    args, cfg = cli_config(_parser(), argv)
+    result = train(cfg)
+    return 128 + result["stopped_by"] if result["stopped_by"] else 0
