@@ -246,7 +246,7 @@ print("exited the scope", flush=True)
 @pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGTERM, signal.SIGTERM], [signal.SIGINT, signal.SIGTERM]],
                          ids=["one", "two", "int-then-term"])
 def test_signals_are_counted_while_the_main_thread_is_blocked(signals):
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, "20"], cwd=ROOT, env=env(1), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, "3"], cwd=ROOT, env=env(1), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
     for i, s in enumerate(signals):
