@@ -101,7 +101,7 @@ def test_hf_autotokenizer_agrees(tok, tmp_path):
     for text in CODE:
         assert hf.encode(text, add_special_tokens=False) == tok.encode(text), text[:40]
     # this source file writes "<s>" and "</s>", which encode keeps as text (see below)
-    text = (ROOT / "easylemur" / "tokenizer.py").read_text()
+    text = (ROOT / "easylemur" / "tokenizer" / "spm.py").read_text()
     assert "</s>" in text and hf.encode(text, add_special_tokens=False) != tok.encode(text)
     assert _hf_literal_specials(hf, text) == tok.encode(text)
     assert hf.encode("hi") == [tok.bos_id] + tok.encode("hi")
