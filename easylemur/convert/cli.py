@@ -53,7 +53,7 @@ from easylemur.convert.safetensors_io import (
     parse_size,
     write_sharded_safetensors,
 )
-from easylemur.tokenizer.spm import Tokenizer, extend_model
+from easylemur.tokenizer.spm import Tokenizer, extend_model, tokenizer_file
 from easylemur.model.vocab import grow_rows
 
 
@@ -428,11 +428,9 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
     pairs = hf.check_hf_tensors(hf_dir, hf.index_hf_tensors(hf_dir), cfg)
     store = _store_dtype(param_dtype, pairs)
 
-    tok_path: Optional[Path] = Path(tokenizer) if tokenizer else None
-    if tok_path is not None and tok_path.is_dir():
-        tok_path = tok_path / "tokenizer.model"
-    if tok_path is None and (hf_dir / "tokenizer.model").is_file():
-        tok_path = hf_dir / "tokenizer.model"
+    tok_path: Optional[Path] = tokenizer_file(tokenizer) if tokenizer else None
+    if tok_path is None and tokenizer_file(hf_dir).is_file():
+        tok_path = tokenizer_file(hf_dir)
     if tok_path is not None and not tok_path.is_file():
         raise ConvertError(f"--tokenizer {tok_path}: no such sentencepiece model file")
     if tok_path is None:

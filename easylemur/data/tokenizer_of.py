@@ -9,13 +9,12 @@ source, so the data commands of a run from scratch never load orbax, optax or th
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ml_collections import ConfigDict
 
 from easylemur.config import ConfigError
-from easylemur.tokenizer.spm import Tokenizer
+from easylemur.tokenizer.spm import Tokenizer, tokenizer_file
 
 
 def read_source(src: str) -> Any:
@@ -39,8 +38,8 @@ def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer:
         return Tokenizer.load(cfg.data.tokenizer)
     src = cfg.init["from"]
     if isinstance(source, str):
-        if (Path(source) / "tokenizer.model").is_file():
-            return Tokenizer.load(Path(source) / "tokenizer.model")
+        if tokenizer_file(source).is_file():
+            return Tokenizer.load(tokenizer_file(source))
         raise ConfigError(f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it "
                           "was trained with")
     if source is not None:

@@ -175,9 +175,9 @@ def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "floa
 
 
 def _maybe_tokenizer(path: Path):
-    file = path / "tokenizer.model"
+    from easylemur.tokenizer.spm import Tokenizer, tokenizer_file
+
+    file = tokenizer_file(path)
     if not file.is_file():
         return None
-    from easylemur.tokenizer.spm import Tokenizer
-
     return Tokenizer.load(file)

@@ -12,14 +12,12 @@ import os
 from typing import Sequence
 
 from easylemur.errors import add_debug_flag, run_cli
-from easylemur.tokenizer.spm import CHATML_TOKENS, DEFAULT_TOKENIZER_PATH, Tokenizer, TokenizerError, extend_model
+from easylemur.tokenizer.spm import CHATML_TOKENS, DEFAULT_TOKENIZER_PATH, Tokenizer, TokenizerError, extend_model, tokenizer_file
 
 
 def _cli_model(path: str | None) -> Tokenizer:
     """The --model a command reads, or a TokenizerError naming the file and what is wrong."""
-    tok_path = DEFAULT_TOKENIZER_PATH if path is None else path
-    if os.path.isdir(tok_path):
-        tok_path = os.path.join(tok_path, "tokenizer.model")
+    tok_path = str(tokenizer_file(DEFAULT_TOKENIZER_PATH if path is None else path))
     if not os.path.isfile(tok_path):
         raise TokenizerError(f"--model {path}: no such file; expected a sentencepiece .model file")
     try:

@@ -73,6 +73,14 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
+def tokenizer_file(path: str | os.PathLike) -> Path:
+    """The sentencepiece model a path names: the file itself, or a directory's `tokenizer.model`
+    (an HF directory, an export). The one place that knows where a directory keeps it; the
+    result may not exist (callers say what they expected)."""
+    path = Path(path)
+    return path / "tokenizer.model" if path.is_dir() else path
+
+
 class TokenizerError(InputError):
     pass
 
@@ -118,9 +126,7 @@ class Tokenizer:
     def load(cls, path: str | os.PathLike | None = None) -> "Tokenizer":
         """Loads a sentencepiece `.model` file, or a directory holding `tokenizer.model`
         (HF export, easylemur checkpoint); None = the model shipped in tokenizer/."""
-        path = DEFAULT_TOKENIZER_PATH if path is None else os.fspath(path)
-        if os.path.isdir(path):
-            path = os.path.join(path, "tokenizer.model")
+        path = str(tokenizer_file(DEFAULT_TOKENIZER_PATH if path is None else path))
         if not os.path.isfile(path):
             raise TokenizerError(f"tokenizer model {path} does not exist")
         return cls(path)

@@ -3,7 +3,7 @@
     python -m easylemur.train --config configs/tiny_pretrain.py [--config.train.steps=50 ...]
 
 The run is wiring (docs/design.md, "Architecture"): config -> mesh -> the run's starting
-state (`state.restore_or_init`: fresh, init.from, or resumed from the newest checkpoint in
+state (`start.restore_or_init`: fresh, init.from, or resumed from the newest checkpoint in
 the workdir) -> data shards -> the jitted step, with its side jobs in small objects: the
 `StepLogger` (metrics, MFU, NaN policy, progress), eval batches, checkpoint saves.
 """
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import jax
 from ml_collections import ConfigDict
@@ -29,6 +28,7 @@ from easylemur.train.lock import WorkdirLock
 from easylemur.train.metrics import MetricsWriter, StepLogger, TrainingError, due
 from easylemur.train.start import restore_or_init
 from easylemur.train.signals import StopSignals
+from easylemur.train.workdir import FailedStartCleanup, check_workdir
 from easylemur.train.step import build_eval_step, mean_eval_loss
 
 
@@ -116,58 +116,6 @@ def train(cfg: ConfigDict) -> dict:
             raise
     return {"step": step, **logger.last, "tokens": logger.tokens,
             "stopped_by": stop.signum if step < cfg.train.steps else None}
-
-
-def check_workdir(workdir: Any) -> None:
-    """Refuses, by name, a workdir that is a file or lies under one, before anything is created
-    (mkdir's own error, `[Errno 17] File exists`, names neither)."""
-    if "://" in str(workdir):
-        return
-    for p in (workdir, *workdir.parents):
-        if p.exists():
-            if not p.is_dir():
-                where = "is a file" if p == workdir else f"lies under {p}, which is a file"
-                raise ConfigError(f"workdir={workdir}: {where}; a workdir is a directory")
-            return
-
-
-class FailedStartCleanup:
-    """Removes what a run that fails before its first step created (docs/design.md, "Errors"):
-    a failed init.from, a bad data path, must not leave an empty `checkpoints/` (which would
-    look like a run), a config.json, or the workdir itself behind. Only paths that did not
-    exist when the run began are touched. `remove_files` runs while the run still holds the
-    workdir lock (so nothing of another run is touched); `remove_dirs` after the lock is
-    released, and only removes empty directories (rmdir). Process 0, local workdirs only."""
-
-    def __init__(self, workdir: Any):
-        self.started = False  # set just before the first step: from then on, what the run wrote stays
-        self.tb = workdir / "tb"  # holds nothing but this run's event file, when this run made it
-        self.files: list = []
-        self.dirs: list = []
-        if jax.process_index() != 0 or "://" in str(workdir):
-            return
-        self.files = [p for p in (workdir / "checkpoints", self.tb, workdir / "config.json", workdir / "metrics.jsonl")
-                      if not p.exists()]
-        self.dirs = [p for p in (workdir, *workdir.parents) if not p.exists()]  # deepest first
-
-    def remove_files(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None and not self.started:
-            for p in self.files:
-                with contextlib.suppress(OSError):
-                    if p == self.tb and p.is_dir():
-                        shutil.rmtree(p)
-                    elif p.is_dir():
-                        p.rmdir()  # checkpoints/: only when no step was written into it
-                    elif p.exists():
-                        p.unlink()
-        return False  # the error that stopped the start is the one reported
-
-    def remove_dirs(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None and not self.started:
-            for p in self.dirs:
-                with contextlib.suppress(OSError):
-                    p.rmdir()
-        return False
 
 
 def _parser() -> argparse.ArgumentParser:
