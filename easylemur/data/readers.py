@@ -7,7 +7,9 @@ Readers return `(where, value)` for an index: `where` names the record ("file:li
 `BadRecord`. Malformed input is never raised here: the pipeline decides (skip and count, or
 raise in strict mode). A file that cannot be read at all (missing, corrupt, truncated) is a
 `DataError` naming it. A hub dataset has no random access: `open_source` gives its
-`hub.StreamSpec`, which the pipeline reads as a stream.
+`hub.StreamSpec`, which the pipeline reads as a stream. JSONL is read in memory independent of
+the files' size: `JsonlSource` keeps a line index (8 bytes a line) and decompresses .gz/.zst to
+a private temporary file; `iter_jsonl_records` streams one file's records.
 
 The source config keys and their defaults are the config schema's (config.SOURCE_DEFAULTS).
 """
@@ -16,10 +18,13 @@ from __future__ import annotations
 
 import glob as globlib
 import json
-import mmap
 import os
+import tempfile
 import threading
+import uuid
+import weakref
 import zlib
+from array import array
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -27,6 +32,7 @@ import numpy as np
 
 from easylemur.data.records import INVALID_UTF8, MALFORMED_JSON, BadRecord, DataError
 
+STORE_MANIFEST = "manifest.json"  # the file that makes a directory a token store (data/store.py)
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
 
@@ -65,7 +71,11 @@ def _why_no_files(path: str) -> str:
 def detect_kind(path: str) -> str:
     if path.startswith("tfds:"):
         return "tfds"
+    if "://" in path:  # a bucket (gs://, any fsspec URL) holds token stores only
+        return "tokens"
     p = Path(path)
+    if p.is_dir() and (p / STORE_MANIFEST).exists():
+        return "tokens"
     if p.is_dir() and any((p / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json")):
         return "hf_disk"
     if p.is_file():
@@ -83,15 +93,21 @@ def detect_kind(path: str) -> str:
 
 # --- JSONL -----------------------------------------------------------------------------------
 
+READ_CHUNK = 1 << 20  # bytes of an uncompressed file read at a time
+DECODE_CHUNK = 1 << 16  # compressed bytes fed to a decoder at a time, at most
+OUT_CHUNK = 1 << 20  # decompressed bytes one decoder call returns, about (gzip: max_length; zstd: whole blocks)
+ZSTD_MAGIC = 0xFD2FB528
+ZSTD_BLOCK_MAX = 1 << 17  # a zstd block decompresses to 128 KiB at most (RFC 8878, Block_Maximum_Size)
+_COMPRESSION = {".gz": "gzip", ".zst": "zstd"}
 
-DECODE_CHUNK = 1 << 16  # compressed bytes fed to a decoder at a time
+
+def _compression(path: str) -> str | None:
+    return _COMPRESSION.get(os.path.splitext(path)[1])
 
 
-def _gzip_decoder():
-    return zlib.decompressobj(wbits=31)  # one gzip member: header, deflate data, CRC-32 + size
-
-
-def _zstd_decoder():
+def _new_decoder(fmt: str):
+    if fmt == "gzip":
+        return zlib.decompressobj(wbits=31)  # one gzip member: header, deflate data, CRC-32 + size
     import zstandard
 
     return zstandard.ZstdDecompressor().decompressobj()  # one frame
@@ -103,140 +119,445 @@ def _decode_error_types() -> tuple[type[BaseException], ...]:
     return (zlib.error, zstandard.ZstdError)
 
 
-def _decompress(path: str, data: Any, new_decoder: Any, fmt: str) -> bytes:
-    """Every member (gzip) or frame (zstd) of `data`, decompressed.
+def _open_fd(path: str) -> tuple[int, int]:
+    """(fd, size) of a file to read; a file that cannot be opened is a DataError naming it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        return fd, os.fstat(fd).st_size
+    except OSError as e:
+        os.close(fd)
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _pread(path: str, fd: int, n: int, offset: int) -> bytes:
+    """`n` bytes at `offset` (fewer at the end of the file); thread-safe: no shared file position."""
+    try:
+        b = os.pread(fd, n, offset)
+        if len(b) == n or not b:
+            return b
+        parts, got = [b], len(b)  # a short read: the end of the file, or a read over 2 GiB
+        while got < n and (b := os.pread(fd, n - got, offset + got)):
+            parts.append(b)
+            got += len(b)
+        return b"".join(parts)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+class _ZstdCuts:
+    """Where to cut one zstd frame's compressed bytes so that a decoder call returns about
+    OUT_CHUNK bytes at most: zstandard's decompressobj has no max_length, and a run of RLE or
+    repeat blocks decompresses thousands of times over. It walks the frame's headers (RFC 8878:
+    frame header, 3-byte block headers, checksum) and cuts at block boundaries; it only sizes
+    what is fed, the decoder checks the data (a header it cannot read ends the walk: the decoder
+    raises on it)."""
+
+    def __init__(self, start: int):
+        self.at, self.state, self.checksum = start, "frame", False
+
+    def cut(self, pos: int, window: bytes) -> int:
+        """The end (absolute offset, in (pos, pos + len(window)]) of the next piece to feed;
+        `window` holds the compressed bytes from `pos`, which the last cut ended at."""
+        wend, out = pos + len(window), 0
+        while True:
+            at, rel = self.at, self.at - pos
+            if rel < 0:  # only after a header misread: the decoder decides
+                self.state = "unknown"
+            if self.state == "done":  # the frame ends at `at`
+                return at if at > pos else wend
+            if self.state == "unknown" or at >= wend:
+                return wend
+            need = {"frame": 5, "block": 3, "checksum": 4}[self.state]
+            if rel + need > len(window):
+                return at if at > pos else wend
+            if self.state == "frame":
+                magic = int.from_bytes(window[rel : rel + 4], "little")
+                if magic == ZSTD_MAGIC:
+                    fhd = window[rel + 4]
+                    single, fcs_flag = (fhd >> 5) & 1, fhd >> 6
+                    self.checksum = bool(fhd & 4)
+                    fcs = single if fcs_flag == 0 else (2, 4, 8)[fcs_flag - 1]
+                    self.at, self.state = at + 5 + (1 - single) + (0, 1, 2, 4)[fhd & 3] + fcs, "block"
+                elif magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: magic, size, data
+                    if rel + 8 > len(window):
+                        return at if at > pos else wend
+                    self.at, self.state = at + 8 + int.from_bytes(window[rel + 4 : rel + 8], "little"), "done"
+                else:
+                    self.state = "unknown"
+            elif self.state == "block":
+                h = int.from_bytes(window[rel : rel + 3], "little")
+                last, btype, bsize = h & 1, (h >> 1) & 3, h >> 3
+                if btype == 3:  # reserved
+                    self.state = "unknown"
+                    continue
+                out += ZSTD_BLOCK_MAX if btype == 2 else bsize  # compressed | raw, RLE
+                self.at = at + 3 + (1 if btype == 1 else bsize)
+                if last:
+                    self.state = "checksum" if self.checksum else "done"
+            else:
+                self.at, self.state = at + 4, "done"
+            if out >= OUT_CHUNK:
+                return min(self.at, wend)
+
+
+def _pieces(path: str, fd: int, fmt: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes): the compressed bytes from `start` (a member's or frame's first byte) to
+    `end`, in pieces of DECODE_CHUNK at most (zstd: cut at block boundaries, _ZstdCuts)."""
+    cuts = _ZstdCuts(start) if fmt == "zstd" else None
+    pos = start
+    while pos < end:
+        window = _pread(path, fd, min(DECODE_CHUNK, end - pos), pos)
+        if not window:
+            return  # the file shrank while read: the caller reports it truncated
+        if cuts is not None:
+            window = window[: cuts.cut(pos, window) - pos]
+        yield pos, window
+        pos += len(window)
+
+
+def _feed(dec: Any, fmt: str, data: bytes) -> Iterator[bytes]:
+    """What `dec` decodes of `data`, in parts of about OUT_CHUNK bytes at most."""
+    if fmt == "zstd":
+        if out := dec.decompress(data):  # bounded by the block-boundary cuts (_ZstdCuts)
+            yield out
+        return
+    while True:
+        out = dec.decompress(data, OUT_CHUNK)
+        if out:
+            yield out
+        if dec.eof:
+            return
+        data = dec.unconsumed_tail
+        if not data and len(out) < OUT_CHUNK:  # input used up and no output held back
+            return
+
+
+def _decompressed(path: str, fd: int, size: int, fmt: str) -> Iterator[bytes]:
+    """Every member (gzip) or frame (zstd) of the compressed file, decompressed, streamed in
+    parts of about OUT_CHUNK bytes.
 
     A corrupt or truncated file is a DataError naming the file and the byte offset of the
-    compressed stream where the decoder stopped, never a partial result: the decoders stop
-    quietly at the end of their input, so without the end-of-stream check a cut file would
-    lose everything after the cut and show, at most, one malformed last line."""
+    compressed stream where the decoder stopped, raised when the stream reaches the damage: the
+    decoders stop quietly at the end of their input, so without the end-of-stream check a cut
+    file would lose everything after the cut and show, at most, one malformed last line."""
     errors = _decode_error_types()
-    n, pos, out = len(data), 0, []
-    while pos < n:
+    pos = 0
+    while pos < size:
         if fmt == "gzip":
             # zero bytes between or after members (tape padding): gzip and Python's gzip skip them
-            head = data[pos : pos + DECODE_CHUNK]
+            head = _pread(path, fd, DECODE_CHUNK, pos)
             if skip := len(head) - len(head.lstrip(b"\0")):
                 pos += skip
                 continue
-        start, dec = pos, new_decoder()
-        while not dec.eof:
-            if pos >= n:
-                raise DataError(
-                    f"{path}: truncated {fmt} file: the compressed stream ends at byte offset {n} inside the "
-                    f"{fmt} {'member' if fmt == 'gzip' else 'frame'} that starts at byte {start} "
-                    f"(a partial copy or an interrupted write; the file needs to be written again)"
-                )
-            chunk = data[pos : pos + DECODE_CHUNK]
+        start, dec = pos, _new_decoder(fmt)
+        for at, piece in _pieces(path, fd, fmt, start, size):
+            saved = dec.copy() if fmt == "gzip" else None  # zlib state at `at`: the error path's start
             try:
-                out.append(dec.decompress(chunk))
+                yield from _feed(dec, fmt, piece)
             except errors as e:
-                at = _error_offset(data, start, pos, new_decoder, errors)
-                raise DataError(f"{path}: corrupt {fmt} data at byte offset {at} of {n}: {e}") from None
-            pos += len(chunk) - len(dec.unused_data)
-    return b"".join(out)
+                where = _error_offset(path, fd, fmt, start, at, piece, saved, errors)
+                raise DataError(f"{path}: corrupt {fmt} data at byte offset {where} of {size}: {e}") from None
+            if dec.eof:
+                pos = at + len(piece) - len(dec.unused_data)
+                break
+        else:
+            raise DataError(
+                f"{path}: truncated {fmt} file: the compressed stream ends at byte offset {size} inside the "
+                f"{fmt} {'member' if fmt == 'gzip' else 'frame'} that starts at byte {start} "
+                f"(a partial copy or an interrupted write; the file needs to be written again)"
+            )
 
 
-def _error_offset(data: Any, start: int, chunk_start: int, new_decoder: Any, errors: tuple) -> int:
-    """The byte where decoding fails inside the chunk that failed at `chunk_start`: the stream
-    again from its start, then that chunk one byte at a time (only on the error path)."""
-    dec = new_decoder()
-    dec.decompress(data[start:chunk_start])  # decoded without error the first time
-    for i in range(chunk_start, min(len(data), chunk_start + DECODE_CHUNK)):
+def _error_offset(path: str, fd: int, fmt: str, start: int, at: int, piece: bytes, saved: Any,
+                  errors: tuple) -> int:
+    """The byte where decoding fails inside `piece` (at offset `at`), which failed whole: from a
+    decoder at `at` (gzip: the saved copy; zstd, which cannot copy one: the member decoded again
+    from `start`), that piece one byte at a time. Only on the error path."""
+    dec = saved
+    if dec is None:
+        dec = _new_decoder(fmt)
+        for _, p in _pieces(path, fd, fmt, start, at):  # decoded without error the first time
+            for _ in _feed(dec, fmt, p):
+                pass
+    for i in range(len(piece)):
         try:
-            dec.decompress(data[i : i + 1])
+            for _ in _feed(dec, fmt, piece[i : i + 1]):
+                pass
         except errors:
-            return i
-    return chunk_start
+            return at + i
+    return at
 
 
-def _read_bytes(path: str) -> bytes | mmap.mmap:
-    """The bytes of a JSONL file: decompressed into memory (.gz, .zst, checked end to end) or
-    memory-mapped (anything else). An unreadable file is a DataError naming it."""
+def _chunks(path: str, fd: int, size: int, fmt: str | None) -> Iterator[bytes]:
+    """The bytes of a JSONL file, decompressed (.gz, .zst, checked end to end), streamed in
+    parts of about a MiB."""
+    if fmt is not None:
+        yield from _decompressed(path, fd, size, fmt)
+        return
+    pos = 0
+    while pos < size and (b := _pread(path, fd, min(READ_CHUNK, size - pos), pos)):
+        yield b
+        pos += len(b)
+
+
+def _record(raw: bytes, where: str) -> tuple[str, Any]:
+    """(where, value) of one non-empty line: the decoded object, None for a blank line, or a
+    BadRecord."""
     try:
-        size = os.path.getsize(path)
-        if size == 0:
-            return b""
-        with open(path, "rb") as f:
-            raw = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
-    if path.endswith(".gz"):
-        with raw:
-            return _decompress(path, raw, _gzip_decoder, "gzip")
-    if path.endswith(".zst"):
-        with raw:
-            return _decompress(path, raw, _zstd_decoder, "zstd")
-    return raw
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return where, BadRecord(INVALID_UTF8, where, str(e))
+    if not line.strip():
+        return where, None  # a blank line is not a record
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as e:
+        return where, BadRecord(MALFORMED_JSON, where, str(e))
+    if not isinstance(value, dict):
+        return where, BadRecord(MALFORMED_JSON, where, f"expected a JSON object, got {type(value).__name__}")
+    return where, value
 
 
-def _line_index(buf: bytes | mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, line numbers) of the non-empty lines of `buf`, found with numpy."""
-    n = len(buf)
-    if n == 0:
-        e = np.zeros(0, np.int64)
-        return e, e, e
-    nl = np.flatnonzero(np.frombuffer(buf, np.uint8) == 10).astype(np.int64)
-    starts = np.concatenate([[0], nl + 1])
-    ends = np.concatenate([nl, [n]])
-    keep = ends > starts
-    lines = np.arange(1, len(starts) + 1, dtype=np.int64)
-    return starts[keep], ends[keep], lines[keep]
+def iter_jsonl_records(path: str) -> Iterator[tuple[str, Any]]:
+    """(where, value) of each non-empty line of ONE JSONL file (plain, .gz or .zst), in order:
+    exactly what `JsonlSource([path])[i]` gives, in constant memory (the longest line aside): no
+    temporary file, no index. A truncated or corrupt compressed file is a DataError naming it
+    and the byte offset, raised when the stream reaches the damage."""
+    path = os.fspath(path)
+    fd, size = _open_fd(path)
+    try:
+        lineno, pending = 0, []  # pending: the start of a line that goes on in the next part
+        for chunk in _chunks(path, fd, size, _compression(path)):
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                pending.append(chunk)
+                continue
+            head = b"".join([*pending, chunk[:nl]]) if pending else chunk[:nl]
+            lines = chunk[nl + 1 :].split(b"\n")
+            tail = lines.pop()
+            for raw in (head, *lines):
+                lineno += 1
+                if raw:
+                    yield _record(raw, f"{path}:{lineno}")
+            pending = [tail] if tail else []
+        if last := b"".join(pending):
+            yield _record(last, f"{path}:{lineno + 1}")
+    finally:
+        os.close(fd)
+
+
+class _LineIndex:
+    """The line index of one file, built from its bytes part by part: the start of each
+    non-empty line (int64), then the end of the last one + 1; for each zero-length line before
+    the last non-empty one, the number of non-empty lines before it (int64; an empty array for
+    files without such lines, the common case). A line's end and number follow
+    (JsonlSource._span): 8 bytes a line."""
+
+    def __init__(self):
+        self.starts, self.empties = array("q"), array("q")
+        self.line_start = self.count = self.size = 0
+        self.last_end = -1  # where the last non-empty line so far ends
+
+    def add(self, chunk: bytes) -> None:
+        nl = np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10).astype(np.int64)
+        if len(nl):
+            nl += self.size
+            ls = np.empty_like(nl)
+            ls[0], ls[1:] = self.line_start, nl[:-1] + 1
+            full = nl > ls
+            self.starts.frombytes(ls[full].tobytes())
+            if not full.all():
+                before = np.cumsum(full) - full  # non-empty lines before each line of the part
+                self.empties.frombytes((self.count + before[~full]).tobytes())
+            if (n := int(full.sum())) > 0:
+                self.count += n
+                self.last_end = int(nl[np.flatnonzero(full)[-1]])
+            self.line_start = int(nl[-1]) + 1
+        self.size += len(chunk)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts + one sentinel, empties), the last line taken."""
+        if self.size > self.line_start:  # the last line has no newline
+            self.starts.append(self.line_start)
+            self.count += 1
+            self.last_end = self.size
+        while self.empties and self.empties[-1] == self.count:
+            self.empties.pop()  # zero-length lines after the last record number no record
+        self.starts.append(self.last_end + 1)  # the sentinel: as if a newline followed the last record
+        as_np = lambda a: np.frombuffer(a, np.int64) if len(a) else np.zeros(0, np.int64)  # noqa: E731
+        return as_np(self.starts), as_np(self.empties)
+
+
+class _Fd:
+    """An open file descriptor, closed when the last reference to it goes."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __del__(self):
+        try:
+            os.close(self.fd)
+        except Exception:  # noqa: BLE001 - at interpreter exit
+            pass
+
+
+def _private_tempfile() -> _Fd:
+    """An empty read-write file (mode 0600) that no path names: made in a fresh private
+    directory (mkdtemp: 0700, random name) under TMPDIR, unlinked at once, the directory removed;
+    its blocks go when its descriptor is closed."""
+    d = tempfile.mkdtemp(prefix="easylemur-jsonl-")
+    try:
+        try:
+            fd = os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except (AttributeError, OSError):  # no O_TMPFILE (not Linux, or the filesystem lacks it)
+            name = os.path.join(d, "data")
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+            os.unlink(name)
+    finally:
+        os.rmdir(d)
+    return _Fd(fd)
+
+
+class _OpenFiles:
+    """One process's open files of a JsonlSource, shared by its pickled copies in that process
+    (`_OPEN`): per file (its descriptor, the offset of its bytes there); compressed files
+    decompressed back to back into one private temporary file."""
+
+    def __init__(self, n: int):
+        self.files: list[tuple[_Fd, int] | None] = [None] * n
+        self.tmp: _Fd | None = None
+        self.tmp_size = 0
+        self.lock = threading.Lock()  # read threads: each file opened once, not once per thread
+
+    def load(self, path: str, fi: int, index: _LineIndex | None, size: int | None) -> None:
+        """Opens file `fi` (compressed: decompressed into the temporary file), feeding its bytes
+        to `index` if given; with `size` (its length when indexed), checks it did not change."""
+        fmt = _compression(path)
+        fd, raw_size = _open_fd(path)
+        src = _Fd(fd)  # closed when dropped, also on an error below
+        got = raw_size
+        if fmt is not None or index is not None:
+            if fmt is not None and self.tmp is None:
+                try:
+                    self.tmp = _private_tempfile()
+                except OSError as e:
+                    raise DataError(f"{path}: cannot make a temporary file under {tempfile.gettempdir()} for its "
+                                    f"decompressed copy: {e.strerror or e} (set TMPDIR to a writable directory)") from None
+            got = 0
+            for chunk in _chunks(path, fd, raw_size, fmt):
+                if index is not None:
+                    index.add(chunk)
+                if fmt is not None:
+                    self._write(path, chunk, self.tmp_size + got)
+                got += len(chunk)
+        if size is not None and got != size:
+            raise DataError(f"{path}: changed since it was indexed ({size} bytes of JSONL then, {got} now)")
+        if fmt is None:
+            self.files[fi] = (src, 0)
+        else:
+            self.files[fi] = (self.tmp, self.tmp_size)
+            self.tmp_size += got
+
+    def _write(self, path: str, chunk: bytes, at: int) -> None:
+        view = memoryview(chunk)
+        try:
+            while view:
+                n = os.pwrite(self.tmp.fd, view, at)
+                view, at = view[n:], at + n
+        except OSError as e:
+            raise DataError(
+                f"{path}: cannot write its decompressed copy to a temporary file under {tempfile.gettempdir()}: "
+                f"{e.strerror or e} (compressed JSONL is decompressed to disk for random access; "
+                f"set TMPDIR to a directory with room)"
+            ) from None
+
+
+_OPEN: weakref.WeakValueDictionary[str, _OpenFiles] = weakref.WeakValueDictionary()
 
 
 class JsonlSource:
-    """Random access to the records of JSONL files. Compressed files are decompressed into
-    memory once per process (use uncompressed JSONL, Parquet or HF datasets for corpora that do
-    not fit); uncompressed files are memory-mapped."""
+    """Random access to the records of JSONL files (plain, .gz, .zst) in memory independent of
+    the files' size, the line index aside (8 bytes a non-empty line, 8 a zero-length one).
+
+    Compressed files are decompressed once, streaming (every gzip member or zstd frame, checked
+    end to end), into one private temporary file under TMPDIR while the index is built; records
+    are then read with `os.pread` from it, or from the file itself when uncompressed, from any
+    number of threads. The temporary file needs disk room for the decompressed data (a tmpfs
+    TMPDIR holds it in memory) and goes with the source. A pickled copy keeps the index and
+    shares this process's open files (a forked one inherits them); in another process it opens
+    each file on first access, decompressing it again."""
 
     def __init__(self, files: list[str]):
         self.files = list(files)
-        starts, ends, lines, fidx = [], [], [], []
-        self._bufs: dict[int, Any] = {}
-        for i, f in enumerate(self.files):
-            buf = _read_bytes(f)
-            s, e, ln = _line_index(buf)
-            starts.append(s), ends.append(e), lines.append(ln)
-            fidx.append(np.full(len(s), i, np.int32))
-            self._bufs[i] = buf
-        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
-        self._starts = cat(starts, np.int64)
-        self._ends = cat(ends, np.int64)
-        self._lines = cat(lines, np.int64)
-        self._file = cat(fidx, np.int32)
+        self._token = uuid.uuid4().hex
+        self._open = _OPEN[self._token] = _OpenFiles(len(self.files))
+        self._starts: list[np.ndarray] = []
+        self._empties: list[np.ndarray] = []
+        self._sizes: list[int] = []
+        counts = [0]
+        for fi, f in enumerate(self.files):
+            index = _LineIndex()
+            self._open.load(f, fi, index, None)
+            starts, empties = index.finish()
+            self._starts.append(starts)
+            self._empties.append(empties)
+            self._sizes.append(index.size)
+            counts.append(len(starts) - 1)
+        self._offsets = np.cumsum(counts, dtype=np.int64)
+        self._len = int(self._offsets[-1])
 
     def __getstate__(self):
-        # A pickled copy reopens the files itself: mmaps do not pickle and buffers would be copied.
         state = dict(self.__dict__)
-        state["_bufs"] = {}
+        del state["_open"]
         return state
 
-    def __len__(self) -> int:
-        return len(self._starts)
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        op = _OPEN.get(self._token)
+        if op is None:  # another process: files opened on first access
+            op = _OPEN.setdefault(self._token, _OpenFiles(len(self.files)))
+        self._open = op
 
-    def _buf(self, i: int):
-        buf = self._bufs.get(i)
-        if buf is None:
-            buf = self._bufs[i] = _read_bytes(self.files[i])
-        return buf
+    def __len__(self) -> int:
+        return self._len
+
+    def _file(self, fi: int) -> tuple[_Fd, int]:
+        f = self._open.files[fi]
+        if f is None:
+            with self._open.lock:
+                if (f := self._open.files[fi]) is None:
+                    self._open.load(self.files[fi], fi, None, self._sizes[fi])
+                    f = self._open.files[fi]
+        return f
+
+    def _span(self, fi: int, k: int) -> tuple[int, int, int]:
+        """(start, end, line number) of record `k` of file `fi`: the line ends before the next
+        one's start, less its newline and those of the zero-length lines between them."""
+        starts, empties = self._starts[fi], self._empties[fi]
+        start, nxt = int(starts[k]), int(starts[k + 1])
+        if not len(empties):
+            return start, nxt - 1, k + 1
+        before = int(np.searchsorted(empties, k, "right"))  # zero-length lines before this line
+        between = int(np.searchsorted(empties, k + 1, "right")) - before  # ... and after it
+        return start, nxt - 1 - between, k + 1 + before
 
     def __getitem__(self, index: int) -> tuple[str, Any]:
-        fi = int(self._file[index])
-        raw = self._buf(fi)[int(self._starts[index]) : int(self._ends[index])]
-        where = f"{self.files[fi]}:{self._lines[index]}"
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            return where, BadRecord(INVALID_UTF8, where, str(e))
-        if not line.strip():
-            return where, None  # a blank line is not a record
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            return where, BadRecord(MALFORMED_JSON, where, str(e))
-        if not isinstance(value, dict):
-            return where, BadRecord(MALFORMED_JSON, where, f"expected a JSON object, got {type(value).__name__}")
-        return where, value
+        i = int(index)
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"record {index} out of range: the source has {self._len}")
+        fi = 0 if len(self.files) == 1 else int(np.searchsorted(self._offsets, i, "right")) - 1
+        start, end, line = self._span(fi, i - int(self._offsets[fi]))
+        fd, base = self._file(fi)
+        path = self.files[fi]
+        raw = _pread(path, fd.fd, end - start, base + start)
+        if len(raw) != end - start:
+            raise DataError(f"{path}: changed since it was indexed (line {line} is cut short)")
+        return _record(raw, f"{path}:{line}")
 
 
 # --- Parquet ---------------------------------------------------------------------------------
@@ -422,13 +743,12 @@ def iter_jsonl_texts(path: str | Path, field: str | None) -> Iterator[str]:
             for x in v:
                 yield from strings(x)
 
-    src = JsonlSource(resolve_files(str(path), JSONL_SUFFIXES))
-    for i in range(len(src)):
-        _, rec = src[i]
-        if not isinstance(rec, dict):
-            continue
-        if field is None:
-            skip = ("id", "path", "license", "language", "task", "origin", "source", "topic")
-            yield from strings({k: v for k, v in rec.items() if k not in skip})
-        elif isinstance(rec.get(field), str):
-            yield rec[field]
+    for f in resolve_files(str(path), JSONL_SUFFIXES):
+        for _, rec in iter_jsonl_records(f):
+            if not isinstance(rec, dict):
+                continue
+            if field is None:
+                skip = ("id", "path", "license", "language", "task", "origin", "source", "topic")
+                yield from strings({k: v for k, v in rec.items() if k not in skip})
+            elif isinstance(rec.get(field), str):
+                yield rec[field]
