@@ -150,3 +150,36 @@ def test_preflight_fails_a_strict_run_before_its_first_step(capsys, tmp_path):
         next(data)
     finally:
         data.close()
+
+
+def test_run_plan_per_stage_and_its_warnings():
+    # data.stages (tests/test_stages.py runs the CLI): one stretch per stage, totals summed,
+    # the share warning per stage, a source paused in every stage the run reaches
+    from easylemur.data.stats import SourceStats, format_text, report, run_plan
+
+    stats = [SourceStats("code", "c", "jsonl", "text", 10.0, usable=100, tokens=25_600, rows=100),
+             SourceStats("text", "t", "jsonl", "text", 1.0, usable=50, tokens=12_800, rows=50)]
+    plain = run_plan(stats, steps=100, batch_size=8, seq_len=256)
+    assert [(s["from"], s["start_step"], s["steps"]) for s in plain["stages"]] == [("data.sources", 0, 100)]
+    assert plain["sources"]["code"]["share"] == 10 / 11 and "stage" not in format_text(report(stats, plain))
+    stages = [{"start_step": 0, "weights": {"code": 300.0, "text": 1.0}},
+              {"start_step": 40, "weights": {"code": 0.0, "text": 1.0}}]
+    plan = run_plan(stats, steps=100, batch_size=8, seq_len=256, stages=stages)
+    assert [(s["from"], s["start_step"], s["end_step"]) for s in plan["stages"]] == [("data.stages[0]", 0, 40),
+                                                                                     ("data.stages[1]", 40, 100)]
+    text = plan["sources"]["text"]
+    assert text["rows"] == round(320 / 301) + 480 and text["epochs"] == pytest.approx((320 / 301 + 480) / 50)
+    assert text["tokens"] == round((320 / 301 + 480) * 256)
+    ws = warnings_of(stats, plan)
+    assert "source 'text' gets 0.33% of the rows of stage 0 (data.stages[0], from step 0; weight 1 of 301)" in ws
+    assert not any(w.startswith("source 'code' gets") for w in ws)  # 0 in stage 1: paused, not warned
+    paused = run_plan(stats, steps=30, batch_size=8, seq_len=256,
+                      stages=[{"start_step": 0, "weights": {"code": 1.0, "text": 0.0}}])
+    assert ("source 'text' gets no rows in 30 steps: its weight is 0 in every stage the run reaches"
+            in warnings_of(stats, paused))
+
+
+def warnings_of(stats, plan):
+    from easylemur.data.stats import warnings
+
+    return warnings(stats, plan)
