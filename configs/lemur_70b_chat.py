@@ -3,6 +3,12 @@ conversations (OpenAssistant 1, OpenOrca, ShareGPT, code instructions) in ChatML
 assistant turns only.
 
 Known from the paper: data sources and size, ChatML format. Other values are ASSUMED.
+
+The conversations are tokenized once into a store (conversations cut to data.seq_len):
+    python -m easylemur.data tokenize --config configs/lemur_70b_chat.py \
+        --config.data.sources.chat.path=/data/lemur/chat --out gs://BUCKET/lemur/chat_tokens --workers 8
+    python -m easylemur.data finalize --config configs/lemur_70b_chat.py \
+        --config.data.sources.chat.path=/data/lemur/chat --out gs://BUCKET/lemur/chat_tokens
 """
 
 from ml_collections import ConfigDict
@@ -18,7 +24,7 @@ def get_config() -> ConfigDict:
     c.data = ConfigDict()
     c.data.seq_len = 4096
     c.data.sources = ConfigDict()
-    c.data.sources.chat = ConfigDict({"path": "data/lemur/chat/*.jsonl", "weight": 1.0, "format": "chat"})
+    c.data.sources.chat = ConfigDict({"path": "gs://BUCKET/lemur/chat_tokens", "weight": 1.0, "format": "chat"})
     c.train = ConfigDict({
         "batch_size": 256,  # ASSUMED: one 4096-token row per device of a v4-512 (256 devices)
         "steps": 1600,  # ASSUMED: ~2 epochs of 300K conversations packed ~1.5 per 4096-token row

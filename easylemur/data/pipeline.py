@@ -52,10 +52,11 @@ import grain
 from easylemur.config import source_dict
 from easylemur.data.hub import StreamIterDataset, StreamSpec
 from easylemur.data.iterator import DataIterator
-from easylemur.data.mixture import MixIterDataset
+from easylemur.data.mixture import MixIterDataset, stage_weights
 from easylemur.data.packing import PackIterDataset, collate
-from easylemur.data.readers import open_source
+from easylemur.data.readers import detect_kind, open_source
 from easylemur.data.records import DataError
+from easylemur.data.store import open_store_source
 from easylemur.data.tokenize import Tokenize, probe_source
 
 if TYPE_CHECKING:
@@ -86,18 +87,26 @@ def source_rows(
     shuffle: bool,
     repeat: bool,
     read_threads: int = 0,
-) -> grain.IterDataset:
-    """One source's packed rows (an IterDataset of row dicts).
+    reader: Any = None,
+) -> tuple[grain.IterDataset, Any]:
+    """(one source's packed rows: an IterDataset of row dicts, the source's reader).
 
     Everything up to packing is per source, so that each source is shuffled, repeated and
     shared between processes on its own, and a row never mixes documents of two sources.
-    `read_threads` > 0 tokenizes a file source's documents in that many threads, handed on in
-    index order: the rows and the state do not depend on it."""
+    `read_threads` > 0 tokenizes a file source's documents (reads a token store's) in that many
+    threads, handed on in index order: the rows and the state do not depend on it. `reader` is
+    the source's reader opened before (by an earlier call for the same source)."""
     try:
-        reader = open_source(scfg)
+        kind = scfg["kind"] if scfg["kind"] != "auto" else detect_kind(scfg["path"])
+        if reader is not None:
+            pass
+        elif kind == "tokens":  # tokenized already: documents come out of the store as Tokenize made them
+            reader = open_store_source(scfg, name, tokenizer, seq_len)
+        else:
+            reader = open_source({**scfg, "kind": kind})
     except DataError as e:
         raise DataError(f"source '{name}': {e}") from None
-    tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, name)
+    tokenize = _doc_of if kind == "tokens" else Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, name)
     if isinstance(reader, StreamSpec):
         docs = StreamIterDataset(reader, process_index, process_count, source_seed(seed, name) if shuffle else None)
         docs = docs.map(tokenize)
@@ -111,8 +120,9 @@ def source_rows(
                 f"source '{name}' ({scfg['path']}) has {len(reader)} records, none for data shard {process_index} of "
                 f"{process_count}; it needs at least {process_count} records"
             )
-        probe_source(records, Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name), name,
-                     scfg["path"])
+        if kind != "tokens":  # a store holds usable documents only
+            probe_source(records, Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name), name,
+                         scfg["path"])
         share = len(records)
         if shuffle:
             records = records.shuffle(seed=source_seed(seed, name))
@@ -123,7 +133,12 @@ def source_rows(
         )
     rows = PackIterDataset(docs, seq_len, split=scfg["format"] == "text", source_index=index,
                            source_name=name, max_consecutive_bad=share + 1)
-    return rows
+    return rows, reader
+
+
+def _doc_of(item: tuple[str, Any]) -> Any:
+    """A token store's (where, document) -> the document, as `Tokenize` gives it."""
+    return item[1]
 
 
 def make_pipeline(
@@ -139,13 +154,17 @@ def make_pipeline(
     repeat: bool = True,
     mesh: Any = None,
     read_threads: int | None = None,
+    open_readers: dict[str, Any] | None = None,
 ) -> DataIterator:
     """The data iterator for this process: `global_batch_size // process_count` rows a batch.
 
     `data_cfg` is the `data` section (seq_len, strict, prefetch, sources); `sources` replaces
     data_cfg.sources (the train loop passes data.eval_sources with shuffle=False, repeat=False).
     `data.prefetch` = N builds N batches ahead in a background thread and tokenizes each file
-    source in N threads (`read_threads` overrides the latter); neither changes the batches."""
+    source in N threads (`read_threads` overrides the latter); neither changes the batches.
+    `open_readers` (source name -> reader) keeps the sources' readers between calls: the eval
+    pipeline, built again for every eval, opens (indexes) each source once."""
+    stages = (data_cfg.get("stages") or ()) if sources is None else ()  # eval sources take no stages
     sources = data_cfg.sources if sources is None else sources
     if not sources or not len(sources):
         raise DataError("no data sources configured (data.sources is empty)")
@@ -157,22 +176,27 @@ def make_pipeline(
     read_threads = prefetch if read_threads is None else int(read_threads)
     local_batch = global_batch_size // process_count
     names = list(sources.keys())
-    per_source, weights = [], []
+    per_source, weights, readers = [], [], []
     for i, name in enumerate(names):
         scfg = source_dict(sources[name])
-        rows = source_rows(
+        rows, reader = source_rows(
             name, i, scfg, tokenizer, seq_len=seq_len, strict=strict, seed=seed,
             process_index=process_index, process_count=process_count, shuffle=shuffle, repeat=repeat,
-            read_threads=read_threads,
+            read_threads=read_threads, reader=None if open_readers is None else open_readers.get(name),
         )
+        if open_readers is not None:
+            open_readers[name] = reader
         per_source.append(rows)
+        readers.append(reader)
         weights.append(float(scfg["weight"]))
-    ds = per_source[0] if len(per_source) == 1 else MixIterDataset(per_source, weights)
+    # one source: no mixer (its stages, validated, can only give it a weight above 0)
+    ds = per_source[0] if len(per_source) == 1 else MixIterDataset(
+        per_source, weights, stage_weights(stages, names), rows_per_step=local_batch)
     ds = ds.batch(local_batch, batch_fn=functools.partial(collate, batch_size=local_batch, seq_len=seq_len))
     # Always wrapped, also for prefetch 0 (where it runs inline): its state is its parent's at
     # the batch last returned, for any buffer size, so states carry over between values.
     ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch)
-    return DataIterator(ds, names, mesh, tokenizer.pad_id)
+    return DataIterator(ds, names, mesh, tokenizer.pad_id, readers=readers)
 
 
 def decode_trained_spans(ids: Sequence[int], loss_mask: Sequence[int], tokenizer: Tokenizer) -> list[str]:

@@ -114,23 +114,31 @@ def allgather_json(obj: dict) -> dict:
     return out
 
 
-def eval_batches(data_cfg: ConfigDict, tokenizer: Any, mesh: Any, *, global_batch_size: int,
-                 batches: int) -> Iterator[dict]:
-    """Exactly `batches` (eval.batches) global batches of data_cfg.eval_sources (unshuffled,
-    one pass). A process whose share of the data ends feeds rows that train nothing, so every
-    process runs the same number of eval steps and the collectives stay in step across hosts."""
-    eval_cfg = ConfigDict(data_cfg.to_dict())
-    eval_cfg.prefetch = 0  # a few batches, once: threads reading ahead would tokenize rows never used
-    P = jax.process_count()
-    with make_pipeline(
-        eval_cfg, tokenizer, global_batch_size=global_batch_size, seed=0,  # the seed only shuffles
-        process_index=jax.process_index(), process_count=P,
-        sources=data_cfg.eval_sources, shuffle=False, repeat=False,
-    ) as it:
-        empty = batch_layout.empty(global_batch_size // P, data_cfg.seq_len)
-        for _ in range(batches):
-            try:
-                local = next(it)
-            except StopIteration:
-                local = empty
-            yield sharding.host_local_to_global(local, mesh)
+class EvalData:
+    """The eval batches of data.eval_sources: `batches()` gives exactly `batches` (eval.batches)
+    global batches (unshuffled, one pass from the start) each time it is called. The sources
+    are opened once (a JSONL file indexed, a token store's index read) and kept across evals.
+    A process whose share of the data ends feeds rows that train nothing, so every process runs
+    the same number of eval steps and the collectives stay in step across hosts."""
+
+    def __init__(self, data_cfg: ConfigDict, tokenizer: Any, mesh: Any, *, global_batch_size: int, batches: int):
+        self.cfg = ConfigDict(data_cfg.to_dict())
+        self.cfg.prefetch = 0  # a few batches, once: threads reading ahead would tokenize rows never used
+        self.tokenizer, self.mesh = tokenizer, mesh
+        self.global_batch_size, self.num_batches = global_batch_size, batches
+        self._readers: dict[str, Any] = {}
+
+    def batches(self) -> Iterator[dict]:
+        P = jax.process_count()
+        with make_pipeline(
+            self.cfg, self.tokenizer, global_batch_size=self.global_batch_size, seed=0,  # the seed only shuffles
+            process_index=jax.process_index(), process_count=P,
+            sources=self.cfg.eval_sources, shuffle=False, repeat=False, open_readers=self._readers,
+        ) as it:
+            empty = batch_layout.empty(self.global_batch_size // P, self.cfg.seq_len)
+            for _ in range(self.num_batches):
+                try:
+                    local = next(it)
+                except StopIteration:
+                    local = empty
+                yield sharding.host_local_to_global(local, self.mesh)

@@ -5,7 +5,8 @@ Per source: files, records, usable and bad records by kind (the first few with f
 tokens and the mean document length, and the rows one pass of it packs into. Per run: tokens
 per step and in total, and for each source its share of the rows by the weights and the
 epochs of it those rows imply, with warnings for a source that would repeat many times or
-be used under one percent.
+be used under one percent. With data.stages the same per stage (each stretch of the run with
+constant weights), then summed over the stages.
 
 It reads through the pipeline's own readers (`readers.open_source`, one file at a time) and
 its own `Tokenize` stage, so a record is usable, bad or blank here exactly when it is in
@@ -37,6 +38,7 @@ from easylemur.config import source_dict
 from easylemur.data.hub import StreamSpec
 from easylemur.data.readers import JSONL_SUFFIXES, PARQUET_SUFFIXES, detect_kind, open_source, resolve_files
 from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
+from easylemur.data.store import store_entry
 from easylemur.data.tokenize import Tokenize
 
 if TYPE_CHECKING:
@@ -197,6 +199,22 @@ def _merge(st: SourceStats, parts: list[_Part], seq_len: int) -> SourceStats:
     return st
 
 
+def _store_stats(st: SourceStats, scfg: dict, tokenizer: Tokenizer, seq_len: int) -> SourceStats:
+    """A token store source's counts, from its manifest (checked against the run like training)."""
+    try:
+        man, src = store_entry(scfg, st.name, tokenizer, seq_len)
+    except DataError as e:
+        raise DataError(f"source '{st.name}': {e}") from None
+    e = man["sources"][src]
+    st.files = len(e["units"])
+    st.usable, st.blank, st.bad = e["documents"], e["blank"], dict(e["bad"])
+    st.records = st.scanned = st.usable + st.blank + st.bad_total + len(e["dropped"])
+    st.bad_examples = list(e["bad_first"])
+    st.tokens, st.trained_tokens = e["tokens"], e["trained_tokens"]
+    st.rows = e["chat_rows"] if st.format == "chat" else math.ceil(st.tokens / seq_len)
+    return st
+
+
 def _where_key(where: str) -> tuple:
     """Sorts "file:line" (and "file:row N") by file, then line as a number."""
     path, _, rest = where.rpartition(":")
@@ -239,6 +257,9 @@ def scan_sources(
                     raise DataError(f"source '{name}': {e}") from None
                 st.kind = kind
                 futures = []
+                if kind == "tokens":  # counted when it was tokenized: the manifest's figures, exact
+                    plans.append((_store_stats(st, scfg, tokenizer, seq_len), None))
+                    continue
                 if files is not None:
                     st.files = len(files)
                     per_file = None if sample_records is None else max(1, math.ceil(sample_records / len(files)))
@@ -263,6 +284,9 @@ def scan_sources(
                                 futures.append(pool.submit(_scan, reader, records, chunk, tokenize, seq_len, bar))
                 plans.append((st, futures))
             for st, futures in plans:
+                if futures is None:
+                    out.append(st)
+                    continue
                 parts = []
                 try:
                     for fut in as_completed(futures):
@@ -276,32 +300,77 @@ def scan_sources(
     return out
 
 
-def run_plan(stats: list[SourceStats], *, steps: int, batch_size: int, seq_len: int) -> dict[str, Any]:
+def stage_spans(stats: list[SourceStats], stages: Any, steps: int) -> list[dict[str, Any]]:
+    """The run's stretches of constant weights: the sources' own weights from step 0 until the
+    first of data.stages (which replaces them when it starts at step 0), then each stage until
+    the next; `steps` of each within the run's `steps` (0 for a stage at or after them)."""
+    spans = [{"from": "data.sources", "start_step": 0, "weights": {s.name: s.weight for s in stats}}]
+    for i, st in enumerate(stages or ()):
+        span = {"from": f"data.stages[{i}]", "start_step": int(st["start_step"]),
+                "weights": {s.name: float(st["weights"][s.name]) for s in stats}}
+        if span["start_step"] == 0:
+            spans[0] = span
+        else:
+            spans.append(span)
+    for k, span in enumerate(spans):
+        end = spans[k + 1]["start_step"] if k + 1 < len(spans) else steps
+        span["steps"] = max(0, min(end, steps) - min(span["start_step"], steps))
+    return spans
+
+
+def run_plan(stats: list[SourceStats], *, steps: int, batch_size: int, seq_len: int, stages: Any = ()) -> dict[str, Any]:
     """What `train.steps` steps do with the sources: tokens per step and in total (padding
     included, as `tokens_per_second` counts them), and per source its share of the rows (the
     mixture gives source i round(n * w_i / sum w) of n rows), the rows and tokens that share
-    reads, and the epochs of the source it implies."""
-    total_w = sum(s.weight for s in stats)
-    rows_total = steps * batch_size
-    per = {}
-    for s in stats:
-        share = s.weight / total_w
-        rows = rows_total * share
-        entry: dict[str, Any] = {"share": share, "rows": int(round(rows)), "estimated": s.estimated}
+    reads, and the epochs of the source it implies.
+
+    With data.stages (`stages`), the same per stage ("stages": each stretch of constant
+    weights, its steps within the run and per source weight, share, rows, tokens and epochs
+    read in it); "sources" then sums the stages. Without, "stages" is the one stretch of the
+    sources' own weights."""
+    by_name = {s.name: s for s in stats}
+
+    def entry(share: float, rows: float, s: SourceStats) -> dict[str, Any]:
+        e: dict[str, Any] = {"share": share, "rows": int(round(rows)), "estimated": s.estimated}
         if s.rows:
-            entry["tokens"] = int(round(rows * s.tokens / s.rows))
-            entry["epochs"] = rows / s.rows
+            e["tokens"] = int(round(rows * s.tokens / s.rows))
+            e["epochs"] = rows / s.rows
         else:
-            entry["tokens"] = entry["epochs"] = None  # streamed, or no usable record
-        per[s.name] = entry
+            e["tokens"] = e["epochs"] = None  # streamed, or no usable record
+        return e
+
+    spans = stage_spans(stats, stages, steps)
+    rows_of = {s.name: 0.0 for s in stats}
+    for span in spans:
+        total_w = sum(span["weights"].values())
+        per = {}
+        for n, w in span["weights"].items():
+            rows = span["steps"] * batch_size * w / total_w
+            rows_of[n] += rows
+            per[n] = {"weight": w, **entry(w / total_w, rows, by_name[n])}
+        span["end_step"] = span["start_step"] + span["steps"]
+        span["sources"] = per
+        del span["weights"]
+    rows_total = steps * batch_size
+    if len(spans) == 1:  # the shares are the weights' (also for a run of 0 steps)
+        per = {n: {k: v for k, v in e.items() if k != "weight"} for n, e in spans[0]["sources"].items()}
+    else:
+        per = {s.name: entry(rows_of[s.name] / rows_total if rows_total else 0.0, rows_of[s.name], s) for s in stats}
     return {"steps": steps, "batch_size": batch_size, "seq_len": seq_len, "tokens_per_step": batch_size * seq_len,
-            "tokens": steps * batch_size * seq_len, "sources": per}
+            "tokens": steps * batch_size * seq_len, "sources": per, "stages": spans}
+
+
+def _staged(plan: Mapping[str, Any]) -> bool:
+    stages = plan.get("stages") or []
+    return len(stages) > 1 or bool(stages) and stages[0]["from"] != "data.sources"
 
 
 def warnings(stats: list[SourceStats], plan: Mapping[str, Any]) -> list[str]:
     """What a user should look at before launching: sources that repeat more than
-    REPEAT_WARN times or get under SHARE_WARN of the rows, bad records, sources not counted."""
+    REPEAT_WARN times or get under SHARE_WARN of the rows (of a stage, with data.stages),
+    bad records, sources not counted, stages after the run's last step."""
     out = []
+    staged = _staged(plan)
     for s in stats:
         p = plan["sources"][s.name]
         if s.streamed:
@@ -314,14 +383,27 @@ def warnings(stats: list[SourceStats], plan: Mapping[str, Any]) -> list[str]:
             out.append(f"source '{s.name}' would repeat {p['epochs']:.1f} times in {plan['steps']} steps "
                        f"({p['share']:.1%} of the rows, {s.tokens:,} tokens{' (estimated)' if s.estimated else ''}); "
                        "more data or a smaller weight")
-        if p["share"] < SHARE_WARN:
+        if not staged and p["share"] < SHARE_WARN:
             out.append(f"source '{s.name}' gets {p['share']:.2%} of the rows "
                        f"(weight {s.weight:g} of {sum(x.weight for x in stats):g})")
+        for k, span in enumerate(plan["stages"] if staged else []):
+            q = span["sources"][s.name]
+            if span["steps"] and 0 < q["share"] < SHARE_WARN:
+                total_w = sum(e["weight"] for e in span["sources"].values())
+                out.append(f"source '{s.name}' gets {q['share']:.2%} of the rows of stage {k} ({span['from']}, "
+                           f"from step {span['start_step']}; weight {q['weight']:g} of {total_w:g})")
+        if staged and p["rows"] == 0 and plan["steps"]:
+            out.append(f"source '{s.name}' gets no rows in {plan['steps']} steps: its weight is 0 in every stage the run "
+                       "reaches")
         if s.bad_total:
             first = f"; first: {s.bad_examples[0]}" if s.bad_examples else ""
             sampled = " in the sample" if s.estimated else ""
             out.append(f"source '{s.name}' has {_n(s.bad_total, 'bad record')}{sampled} (skipped and counted; "
                        f"data.strict=True stops at the first){first}")
+    for span in plan.get("stages") or []:
+        if span["start_step"] >= plan["steps"] and span["from"] != "data.sources":
+            out.append(f"{span['from']} starts at step {span['start_step']}, not before train.steps={plan['steps']}: "
+                       "it never applies")
     return out
 
 
@@ -358,10 +440,23 @@ def format_text(rep: Mapping[str, Any]) -> str:
     lines.append(f"run: {r['steps']:,} steps x {r['batch_size']} rows x {r['seq_len']} tokens = "
                  f"{r['tokens']:,} tokens ({r['tokens_per_step']:,} per step)")
     width = max(len(n) for n in r["sources"])
-    for n, p in r["sources"].items():
-        est = "~" if p["estimated"] else ""
-        tail = "tokens ?  epochs ?" if p["epochs"] is None else f"tokens {est}{p['tokens']:,}  epochs {est}{p['epochs']:.2f}"
-        lines.append(f"  {n:<{width}}  share {p['share']:6.1%}  rows {p['rows']:,}  {tail}")
+
+    def source_lines(per: Mapping[str, Any], indent: str) -> None:
+        for n, p in per.items():
+            est = "~" if p["estimated"] else ""
+            tail = "tokens ?  epochs ?" if p["epochs"] is None else f"tokens {est}{p['tokens']:,}  epochs {est}{p['epochs']:.2f}"
+            weight = f"  weight {p['weight']:<5g}" if "weight" in p else ""
+            lines.append(f"{indent}{n:<{width}}{weight}  share {p['share']:6.1%}  rows {p['rows']:,}  {tail}")
+
+    if _staged(r):
+        for k, span in enumerate(r["stages"]):
+            never = " (at or after train.steps: never applies)" if span["from"] != "data.sources" and not span["steps"] else ""
+            lines.append(f"  stage {k} ({span['from']}): from step {span['start_step']:,}, {span['steps']:,} steps{never}")
+            source_lines(span["sources"], "    ")
+        lines.append("  all stages:")
+        source_lines(r["sources"], "    ")
+    else:
+        source_lines(r["sources"], "  ")
     for w in rep["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"
@@ -381,7 +476,8 @@ def preflight(cfg: Any, tokenizer: Tokenizer) -> list[SourceStats]:
     stats = scan_sources(cfg.data.sources, tokenizer, int(cfg.data.seq_len), progress=p == 0,
                          process_index=p, process_count=n)
     if p == 0:
-        plan = run_plan(stats, steps=cfg.train.steps, batch_size=cfg.train.batch_size, seq_len=int(cfg.data.seq_len))
+        plan = run_plan(stats, steps=cfg.train.steps, batch_size=cfg.train.batch_size, seq_len=int(cfg.data.seq_len),
+                        stages=cfg.data.get("stages"))
         print("easylemur.data preflight:\n" + format_text(report(stats, plan)), end="", file=sys.stderr, flush=True)
     if cfg.data.strict:
         bad = [s for s in stats if s.bad_total]

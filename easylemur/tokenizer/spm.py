@@ -16,6 +16,7 @@ tests/test_tokenizer.py compares the two over many random strings, for both kind
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -130,6 +131,12 @@ class Tokenizer:
         if not os.path.isfile(path):
             raise TokenizerError(f"tokenizer model {path} does not exist")
         return cls(path)
+
+    @property
+    def sha256(self) -> str:
+        """The sha256 of the model file: a token store records it, and a run reading that
+        store must have the same (data/store.py)."""
+        return hashlib.sha256(self._proto).hexdigest()
 
     # pickling (grain worker processes): ship the model bytes, not the C++ object
     def __getstate__(self):

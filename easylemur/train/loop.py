@@ -21,7 +21,7 @@ from easylemur import sharding
 from easylemur.checkpoint import store, model_meta
 from easylemur.checkpoint.paths import as_path
 from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
-from easylemur.data.shards import DataShards, eval_batches
+from easylemur.data.shards import DataShards, EvalData
 from easylemur.data.stats import preflight
 from easylemur.errors import add_debug_flag
 from easylemur.train.lock import WorkdirLock
@@ -66,6 +66,8 @@ def train(cfg: ConfigDict) -> dict:
         if run.data_state is not None:
             data.set_state(run.data_state)
         eval_fn = build_eval_step(cfg, run.model_cfg, mesh)
+        eval_data = EvalData(cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size,
+                             batches=cfg.eval.batches) if cfg.eval.every else None
         writer = MetricsWriter(workdir, cfg.log.wandb_project, cfg.to_dict(), resume_step=run.start_step)
         run_scope.callback(writer.close)
         logger = StepLogger(cfg, writer, run.model_cfg, data.source_names, start_step=run.start_step,
@@ -89,8 +91,7 @@ def train(cfg: ConfigDict) -> dict:
                 logger.push(step, metrics, data.local_token_counts())
                 if due(step, cfg.eval.every):  # these weights, before the next step replaces them
                     params = state["params"]
-                    logger.flush(evaluate=lambda: mean_eval_loss(eval_fn, params, eval_batches(
-                        cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size, batches=cfg.eval.batches)))
+                    logger.flush(evaluate=lambda: mean_eval_loss(eval_fn, params, eval_data.batches()))
                 store.check_save_errors(mngr)  # a failed async save stops the run here
                 stopping = mngr.reached_preemption(step) or stop.requested
                 last = step == cfg.train.steps

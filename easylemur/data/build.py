@@ -1,0 +1,424 @@
+"""Building a token store (docs/design.md, "Token store"): `tokenize` workers, then `finalize`.
+
+The work is split into units, planned the same way by every worker from the config alone: one
+unit per input file of a JSONL or Parquet source, one per block of ROWS_PER_UNIT rows of a
+dataset, one for a hub stream. Worker I of N takes its share (longest-first onto the least
+loaded worker, by input size), so the same command runs as N processes on one host, on every
+host of a pod, or as a SLURM array, with no coordinator and no shared state but the store.
+
+A unit's data files are written first and its commit marker (`<unit>.json`) last; locally each
+file goes under a private name and is renamed, in a bucket each object appears only when its
+upload completes. A unit is done when its marker is there and agrees with the inputs and the
+build settings: rerunning a worker redoes exactly its missing units, and every byte written is
+a function of the inputs, so a store built with crashes and reruns equals one built without.
+`finalize` checks every planned unit and writes `manifest.json`, the store's only entry point.
+
+Each record goes through the training pipeline's own stages: the readers (bad records counted
+and named as in training) and `Tokenize`, so a document's ids are the on-the-fly path's ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from array import array
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from easylemur.config import source_dict
+from easylemur.data.readers import (
+    JSONL_SUFFIXES,
+    PARQUET_SUFFIXES,
+    ParquetSource,
+    detect_kind,
+    iter_jsonl_records,
+    open_source,
+    resolve_files,
+)
+from easylemur.data.decontam import document_text
+from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
+from easylemur.data.store import (
+    MASK_DTYPE,
+    OFFSET_DTYPE,
+    STORE_FORMAT,
+    STORE_MANIFEST,
+    STORE_VERSION,
+    Storage,
+    token_dtype,
+)
+from easylemur.data.tokenize import Tokenize
+
+if TYPE_CHECKING:
+    from easylemur.tokenizer.spm import Tokenizer
+
+ROWS_PER_UNIT = 1 << 20  # rows of a dataset (HF on disk, TFDS) per unit
+WRITE_BUFFER = 1 << 22  # token bytes gathered before a write
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece of work: `path` is the input file, or the dataset with `rows` [start, end)."""
+
+    source: str
+    index: int
+    kind: str  # jsonl | parquet | rows | stream
+    path: str
+    size: int  # bytes of the file, rows of a block (what the longest-first assignment weighs)
+    rows: tuple[int, int] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.index:05d}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.source}/{self.name}"
+
+    def input(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "kind": self.kind, "size": self.size}
+        if self.rows is not None:
+            out["rows"] = list(self.rows)
+        return out
+
+
+TPU_METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"
+
+
+def auto_shard(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """(worker, workers) where the platform says: a SLURM job array's task, else a TPU VM
+    worker (its number and the pod's worker count, from the VM's metadata server)."""
+    if "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ:
+        first = int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        return int(environ["SLURM_ARRAY_TASK_ID"]) - first, int(environ["SLURM_ARRAY_TASK_COUNT"])
+    import urllib.request
+
+    def meta(key: str) -> str:
+        req = urllib.request.Request(TPU_METADATA + key, headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.read().decode()
+
+    try:
+        worker = int(environ.get("TPU_WORKER_ID") or meta("agent-worker-number"))
+        workers = len(meta("worker-network-endpoints").split(","))
+    except (OSError, ValueError) as e:
+        raise DataError(f"--shard auto: not a SLURM array task (no SLURM_ARRAY_TASK_ID/COUNT) and no TPU VM "
+                        f"metadata ({type(e).__name__}: {e}); give --shard I/N") from None
+    return worker, workers
+
+
+def plan_units(sources: Mapping[str, Any]) -> list[Unit]:
+    """Every unit of `sources` (name -> source config), in a fixed order."""
+    units: list[Unit] = []
+    for name, scfg in sources.items():
+        scfg = source_dict(scfg)
+        kind = scfg["kind"] if scfg["kind"] != "auto" else detect_kind(scfg["path"])
+        if kind == "tokens":
+            raise DataError(f"source '{name}': {scfg['path']} is a token store already; tokenize the raw data")
+        if kind in ("jsonl", "parquet"):
+            files = resolve_files(scfg["path"], JSONL_SUFFIXES if kind == "jsonl" else PARQUET_SUFFIXES)
+            if not files:
+                open_source({**scfg, "kind": kind})  # the pipeline's own message for this path
+            units += [Unit(name, i, kind, f, os.path.getsize(f)) for i, f in enumerate(files)]
+            continue
+        try:
+            reader = open_source({**scfg, "kind": kind})
+        except DataError as e:
+            raise DataError(f"source '{name}': {e}") from None
+        if not hasattr(reader, "__len__"):  # a hub stream: read in order by one worker
+            units.append(Unit(name, 0, "stream", scfg["path"], 1))
+            continue
+        n = len(reader)
+        for i, a in enumerate(range(0, n, ROWS_PER_UNIT)):
+            b = min(n, a + ROWS_PER_UNIT)
+            units.append(Unit(name, i, "rows", scfg["path"], b - a, (a, b)))
+    return units
+
+
+def assign(units: Sequence[Unit], worker: int, workers: int) -> list[Unit]:
+    """Worker `worker` of `workers`'s units: largest first, each onto the least loaded worker
+    (ties to the lowest number), so that every worker computes the same split."""
+    load = [0] * workers
+    mine = []
+    for u in sorted(units, key=lambda u: (-u.size, u.source, u.index)):
+        w = min(range(workers), key=lambda k: (load[k], k))
+        load[w] += max(1, u.size)
+        if w == worker:
+            mine.append(u)
+    return sorted(mine, key=lambda u: (u.source, u.index))
+
+
+def _records(unit: Unit, scfg: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The unit's records in order, as the training readers give them."""
+    if unit.kind == "jsonl":
+        yield from iter_jsonl_records(unit.path)
+    elif unit.kind == "parquet":
+        cols = [scfg["field"] or "text"] if scfg["format"] == "text" or scfg["field"] else None
+        reader = ParquetSource([unit.path], cols)
+        for i in range(len(reader)):
+            yield reader[i]
+    elif unit.kind == "rows":
+        reader = open_source(scfg)
+        for i in range(*unit.rows):
+            yield reader[i]
+    else:
+        spec = open_source(scfg)
+        for i, rec in enumerate(spec.open(0, 1, None)):
+            yield f"{spec.name}:record {i}", rec
+
+
+class _Out:
+    """One of a unit's data files: written under a private name, hashed as it goes."""
+
+    def __init__(self, storage: Storage, path: str):
+        self.storage, self.path = storage, path
+        fd, self.tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=storage.local_tmp_dir(path))
+        self.f = os.fdopen(fd, "wb")
+        self.sha = hashlib.sha256()
+        self.bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self.f.write(data)
+        self.sha.update(data)
+        self.bytes += len(data)
+
+    def commit(self) -> dict[str, Any]:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        self.storage.put_file(self.tmp, self.path)
+        return {"bytes": self.bytes, "sha256": self.sha.hexdigest()}
+
+    def discard(self) -> None:
+        if not self.f.closed:
+            self.f.close()
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+
+def build_settings(scfg: Mapping[str, Any], tokenizer: Tokenizer, seq_len: int, against: Any) -> dict[str, Any]:
+    """What a unit's contents depend on besides its input: a marker that differs is stale."""
+    out = {"format": scfg["format"], "field": scfg["field"], "tokenizer_sha256": tokenizer.sha256,
+           "dtype": token_dtype(tokenizer.vocab_size).str,
+           "decontaminated": None if against is None else against.fingerprint}
+    if scfg["format"] == "chat":
+        out["seq_len"] = seq_len
+    return out
+
+
+def tokenize_unit(unit: Unit, scfg: Mapping[str, Any], tokenizer: Tokenizer, seq_len: int, strict: bool,
+                  storage: Storage, against: Any = None) -> dict[str, Any]:
+    """Tokenizes one unit into the store and returns its commit marker (also written)."""
+    tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, unit.source)
+    dtype = token_dtype(tokenizer.vocab_size)
+    chat = scfg["format"] == "chat"
+    outs = {"ids": _Out(storage, storage.path(unit.source, f"{unit.name}.ids"))}
+    if chat:
+        outs["mask"] = _Out(storage, storage.path(unit.source, f"{unit.name}.mask"))
+    offsets = array("q", [0])
+    bad: dict[str, int] = {}
+    bad_first: list[str] = []
+    dropped: list[dict[str, Any]] = []
+    ids_buf: list[np.ndarray] = []
+    mask_buf: list[np.ndarray] = []
+    buffered = blank = trained = chat_rows = fill = 0
+
+    def flush() -> None:
+        nonlocal buffered
+        if ids_buf:
+            outs["ids"].write(np.concatenate(ids_buf).astype(dtype).tobytes())
+            if chat:
+                outs["mask"].write(np.concatenate(mask_buf).astype(MASK_DTYPE).tobytes())
+        ids_buf.clear(), mask_buf.clear()
+        buffered = 0
+
+    try:
+        for where, rec in _records(unit, scfg):
+            if against is not None and (text := document_text(rec, scfg)) is not None:
+                hits = against.matches(text)
+                if hits:
+                    dropped.append({"where": where, "matches": hits})
+                    continue
+            out = tokenize.map((where, rec))
+            if out is None:
+                blank += 1
+                continue
+            if isinstance(out, BadRecord):
+                bad[out.kind] = bad.get(out.kind, 0) + 1
+                if len(bad_first) < SHOW_FIRST_BAD:
+                    bad_first.append(out.describe())
+                    print(f"easylemur.data: skipped bad record of source '{unit.source}' at {out.describe()}",
+                          file=sys.stderr)
+                continue
+            ids = out["ids"]
+            n = len(ids)
+            offsets.append(offsets[-1] + n)
+            ids_buf.append(ids)
+            trained += int(out["mask"].sum())
+            if chat:
+                mask_buf.append(out["mask"])
+                if fill + n > seq_len or fill == 0:  # data stats' rule: a conversation never splits
+                    chat_rows += 1
+                    fill = 0
+                fill += n
+            buffered += n * dtype.itemsize
+            if buffered >= WRITE_BUFFER:
+                flush()
+        flush()
+        docs = _Out(storage, storage.path(unit.source, f"{unit.name}.docs"))
+        outs["docs"] = docs
+        docs.write(np.frombuffer(offsets, np.int64).astype(OFFSET_DTYPE).tobytes())
+        files = {k: o.commit() for k, o in outs.items()}
+    except BaseException:
+        for o in outs.values():
+            o.discard()
+        raise
+    marker = {"source": unit.source, "unit": unit.name, "input": unit.input(),
+              "settings": build_settings(scfg, tokenizer, seq_len, against),
+              "documents": len(offsets) - 1, "tokens": int(offsets[-1]), "trained_tokens": trained,
+              "chat_rows": chat_rows, "blank": blank, "bad": dict(sorted(bad.items())), "bad_first": bad_first,
+              "dropped": dropped, "files": files}
+    storage.write_bytes(storage.path(unit.source, f"{unit.name}.json"), _dumps(marker))
+    return marker
+
+
+def _dumps(obj: Any) -> bytes:
+    import json
+
+    return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _marker_problem(storage: Storage, unit: Unit, settings: dict[str, Any]) -> tuple[dict | None, str | None]:
+    """(marker, None) for a unit that is done and agrees with its input and the settings;
+    (None, why) otherwise ("missing" when it was never committed)."""
+    path = storage.path(unit.source, f"{unit.name}.json")
+    if not storage.exists(path):
+        return None, "missing"
+    marker = storage.read_json(path)
+    if marker.get("input") != unit.input():
+        return None, f"made from {marker.get('input')}, the input now is {unit.input()}"
+    if marker.get("settings") != settings:
+        diff = sorted(k for k in settings if marker.get("settings", {}).get(k) != settings[k])
+        return None, f"built with other settings ({', '.join(diff)})"
+    for key, meta in marker["files"].items():
+        f = storage.path(unit.source, f"{unit.name}.{key}")
+        if not storage.exists(f):
+            return None, f"{unit.name}.{key} is missing"
+        if storage.size(f) != meta["bytes"]:
+            return None, f"{unit.name}.{key} has {storage.size(f)} bytes, the marker says {meta['bytes']}"
+    return marker, None
+
+
+def tokenize(sources: Mapping[str, Any], tokenizer: Tokenizer, out: str, *, seq_len: int, strict: bool,
+             worker: int = 0, workers: int = 1, against: Any = None, log=None) -> dict[str, int]:
+    """Worker `worker` of `workers`: tokenizes its units of `sources` that are not done yet.
+    Returns counts {"units", "done_before", "tokenized", "documents", "tokens"}."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    storage = Storage(out)
+    units = plan_units(sources)
+    mine = assign(units, worker, workers)
+    counts = {"units": len(mine), "done_before": 0, "tokenized": 0, "documents": 0, "tokens": 0}
+    for k, unit in enumerate(mine):
+        scfg = source_dict(sources[unit.source])
+        marker, _ = _marker_problem(storage, unit, build_settings(scfg, tokenizer, seq_len, against))
+        if marker is None:
+            storage.remove_partial(storage.path(unit.source), unit.name)  # of a worker killed mid-unit
+            marker = tokenize_unit(unit, scfg, tokenizer, seq_len, strict, storage, against)
+            counts["tokenized"] += 1
+            state = "tokenized"
+        else:
+            counts["done_before"] += 1
+            state = "already done"
+        counts["documents"] += marker["documents"]
+        counts["tokens"] += marker["tokens"]
+        extra = f", {len(marker['dropped'])} dropped" if marker["dropped"] else ""
+        log(f"easylemur.data tokenize [{worker}/{workers}] {k + 1}/{len(mine)} {unit.label} ({unit.path}): {state}, "
+            f"{marker['documents']} documents, {marker['tokens']} tokens, {sum(marker['bad'].values())} bad{extra}")
+    return counts
+
+
+def finalize(sources: Mapping[str, Any], tokenizer: Tokenizer, out: str, *, seq_len: int,
+             against: Any = None) -> dict[str, Any]:
+    """Checks that every planned unit of `sources` is done and agrees with the inputs, then
+    writes the manifest (merged with the sources an earlier finalize recorded) and returns it.
+    A missing or stale unit is a DataError naming every one."""
+    storage = Storage(out)
+    units = plan_units(sources)
+    problems: list[str] = []
+    entries: dict[str, dict[str, Any]] = {}
+    for unit in units:
+        scfg = source_dict(sources[unit.source])
+        settings = build_settings(scfg, tokenizer, seq_len, against)
+        marker, why = _marker_problem(storage, unit, settings)
+        if marker is None:
+            problems.append(f"{unit.label} ({unit.path}): {why}")
+            continue
+        e = entries.setdefault(unit.source, {
+            **{k: v for k, v in settings.items() if k not in ("tokenizer_sha256", "dtype")},
+            "path": scfg["path"], "units": [], "documents": 0, "tokens": 0, "trained_tokens": 0,
+            "chat_rows": 0, "blank": 0, "bad": {}, "bad_first": [], "dropped": []})
+        e["units"].append({"name": unit.name, "input": unit.input(), "documents": marker["documents"],
+                           "tokens": marker["tokens"], "files": marker["files"]})
+        for k in ("documents", "tokens", "trained_tokens", "chat_rows", "blank"):
+            e[k] += marker[k]
+        for kind, n in marker["bad"].items():
+            e["bad"][kind] = e["bad"].get(kind, 0) + n
+        e["bad_first"] = (e["bad_first"] + marker["bad_first"])[:SHOW_FIRST_BAD]
+        e["dropped"] += marker["dropped"]
+    if problems:
+        raise DataError(f"token store {out}: {len(problems)} of {len(units)} units not done or stale: "
+                        + "; ".join(problems[:20]) + (" ..." if len(problems) > 20 else "")
+                        + "; run tokenize again (it redoes only those)")
+    manifest_path = storage.path(STORE_MANIFEST)
+    man: dict[str, Any] = {"format": STORE_FORMAT, "version": STORE_VERSION,
+                           "tokenizer": {"sha256": tokenizer.sha256, "vocab_size": tokenizer.vocab_size,
+                                         "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id},
+                           "dtype": token_dtype(tokenizer.vocab_size).str, "sources": {}}
+    if storage.exists(manifest_path):
+        old = storage.read_json(manifest_path)
+        if old.get("tokenizer", {}).get("sha256") != tokenizer.sha256:
+            raise DataError(f"{manifest_path}: finalized with tokenizer sha256 {old['tokenizer']['sha256'][:16]}..., "
+                            f"this one is {tokenizer.sha256[:16]}...; one store holds one tokenizer's ids")
+        man["sources"].update({k: v for k, v in old.get("sources", {}).items() if k not in entries})
+    for name in sources:
+        if name not in entries:
+            raise DataError(f"token store {out}: source '{name}' has no units (no input)")
+    man["sources"].update(entries)
+    man["sources"] = dict(sorted(man["sources"].items()))
+    storage.write_bytes(manifest_path, _dumps(man))
+    return man
+
+
+def load_job(config: str, overrides: list[str], names: list[str], eval_sources: bool, against: str):
+    """(config, tokenizer, the sources to store, the benchmarks to drop or None) of a
+    `tokenize` or `finalize` command line."""
+    from easylemur.config import load_config
+    from easylemur.data.tokenizer_of import read_source, source_tokenizer
+
+    cfg = load_config(config, overrides)
+    section = cfg.data.eval_sources if eval_sources else cfg.data.sources
+    key = "data.eval_sources" if eval_sources else "data.sources"
+    for n in names:
+        if n not in section:
+            raise DataError(f"--source {n}: {key} has no source {n!r} (has {', '.join(section.keys()) or 'none'})")
+    sources = {n: section[n] for n in (names or list(section.keys()))}
+    if not sources:
+        raise DataError(f"{key} is empty: nothing to tokenize")
+    bench = None
+    if against:
+        from easylemur.data.decontam import Benchmarks
+
+        bench = Benchmarks.load(against)
+    # the run's own tokenizer, strictly: a store of the wrong ids is worse than no store
+    return cfg, source_tokenizer(cfg, read_source(cfg.init["from"])), sources, bench
+
+
+def run_worker(job: tuple) -> dict:
+    """One worker of `tokenize` (a function of a module, not of __main__: spawn pickles it by name)."""
+    config, overrides, names, eval_sources, against, out, worker, workers = job
+    cfg, tok, sources, bench = load_job(config, overrides, names, eval_sources, against)
+    return tokenize(sources, tok, out, seq_len=int(cfg.data.seq_len), strict=bool(cfg.data.strict),
+                    worker=worker, workers=workers, against=bench)
