@@ -45,3 +45,18 @@ def test_train_throughput_reports_its_json():
     assert result["batch"] == [2, 32]
     bad = _run("train_throughput.py", "--hidden", "60", "--heads", "8")
     assert bad.returncode == 2 and "heads must divide hidden" in bad.stderr, bad.stderr
+
+
+def test_data_scale_reports_every_measurement(tmp_path):
+    """A 2 MB corpus, one tokenize worker, a few reader steps: every figure is there, the resumed
+    batches are the uninterrupted run's, and each of four data shards reads under half of what one reads."""
+    run = _run("data_scale.py", "--gb", "0.002", "--workers", "1", "--late-step", "20", "--shard-steps", "20",
+               "--repeats", "1", "--sample-mb", "0.5", "--batch", "8", "--workdir", str(tmp_path))
+    assert run.returncode == 0, run.stderr + run.stdout[-2000:]
+    recs = {r["what"]: r for r in (json.loads(x) for x in run.stdout.splitlines() if x.startswith("{"))}
+    assert set(recs) == {"corpus", "raw_sentencepiece", "tokenize", "reader", "resume", "shards"}, set(recs)
+    assert recs["tokenize"]["tokens"] > 0 and recs["tokenize"]["peak_rss_bytes"] > 0
+    assert recs["reader"]["tokens_per_s"] > 0 and recs["reader"]["index_bytes"] > 0
+    assert recs["resume"]["batches_match"] is True
+    assert recs["shards"]["n4"]["mean_fraction_of_n1"] < 0.5  # ~1/4 and some read-ahead
+    assert (tmp_path / "data_scale.jsonl").exists() and "reader: tokens/s (steady)" in run.stdout
