@@ -19,8 +19,8 @@ Figures, one JSON line each (also appended to --out), then one table:
                       --workers, into a fresh store: wall time, tokens/s, tokens/s per worker and its
                       ratio to raw (1.0 = a worker is as fast as bare sentencepiece on one core),
                       tokens per CPU-second of the whole process tree (less sensitive to other load on
-                      the machine), and the peak RSS of the largest process of the tree (wait4's
-                      ru_maxrss: the tokenize process, or with K > 1 the largest worker), also as the
+                      the machine), and the peak RSS of the largest process of the tree (its VmHWM,
+                      polled: the tokenize process, or with K > 1 the largest worker), also as the
                       growth over a process that only imports the tokenize modules, loads the config and
                       the tokenizer (what a worker holds before its first record). Wall times include
                       the process start (imports, ~2-3 s a process here): negligible at 1 GB, not at
@@ -275,22 +275,58 @@ def raw_rate(tok, texts: list[str], min_s: float = 1.0) -> dict:
             "sample_mb": nbytes / rounds / 1e6}
 
 
+def _tree(root: int) -> list[int]:
+    """`root` and every process below it (/proc/PID/task/TID/children)."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _vm_hwm(pid: int) -> int:
+    """A process's own peak RSS (VmHWM, bytes; 0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def run_measured(cmd: list[str], log: str) -> dict:
-    """Runs `cmd` (output to `log`), returning wall time, the exit code and the process tree's
-    rusage: wait4 gives the child's own with every descendant it waited for (ru_maxrss: the
-    largest single process)."""
+    """Runs `cmd` (output to `log`), returning wall time, the exit code, the tree's CPU time
+    (wait4) and the peak RSS of its largest single process: each process's VmHWM, polled every
+    20 ms. Not wait4's ru_maxrss: a child starts with its parent's high-water mark (fork copies
+    the memory map and exec keeps the mark), so it would report this bench's own size."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    peaks: dict[int, int] = {}
     with open(log, "wb") as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        _, status, ru = os.wait4(proc.pid, 0)
+        while True:
+            for pid in _tree(proc.pid):
+                peaks[pid] = max(peaks.get(pid, 0), _vm_hwm(pid))
+            done, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     with open(log, errors="replace") as f:
         text = f.read()
     if proc.returncode != 0:
         raise SystemExit(f"error: {' '.join(cmd)} exited {proc.returncode}:\n{text[-3000:]}")
-    return {"wall_s": wall, "max_rss_bytes": ru.ru_maxrss * 1024, "cpu_s": ru.ru_utime + ru.ru_stime, "output": text}
+    return {"wall_s": wall, "max_rss_bytes": max(peaks.values(), default=0), "cpu_s": ru.ru_utime + ru.ru_stime,
+            "output": text}
 
 
 def write_configs(workdir: str, corpus: dict, store: str, batch: int) -> tuple[str, str]:
@@ -310,7 +346,7 @@ def write_configs(workdir: str, corpus: dict, store: str, batch: int) -> tuple[s
 def child_run(mode: str, args: dict, log: str) -> dict:
     res = run_measured([sys.executable, os.path.abspath(__file__), "--child", mode, json.dumps(args)], log)
     out = json.loads([x for x in res["output"].splitlines() if x.startswith("{")][-1])
-    out["wait4_max_rss_bytes"] = res["max_rss_bytes"]
+    out["polled_peak_rss_bytes"] = res["max_rss_bytes"]
     return out
 
 

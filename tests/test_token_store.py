@@ -314,3 +314,19 @@ def test_eval_reads_a_store_opened_once_and_from_the_start_each_time(tmp_path, t
     assert len(first) == 3 and all(np.array_equal(a, b) for a, b in zip(first, second))
     want = store_docs(tmp_path / "store", "text", tok)[0]["ids"][:64]
     assert first[0][0].tolist() == want.tolist()  # unshuffled, from the first document
+
+
+def test_a_dataset_on_disk_is_tokenized_in_row_blocks(tmp_path, tok, monkeypatch):
+    import datasets
+
+    texts = [f"document number {i}: " + "word " * (i % 7) for i in range(50)] + [""]
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "ds"))
+    monkeypatch.setattr(build, "ROWS_PER_UNIT", 16)  # a small block size, so the source has several units
+    srcs = sources(t={"path": str(tmp_path / "ds")})
+    units = build.plan_units(srcs)
+    assert [(u.kind, u.rows) for u in units] == [("rows", (0, 16)), ("rows", (16, 32)), ("rows", (32, 48)),
+                                                 ("rows", (48, 51))]
+    man = build_store(srcs, tok, tmp_path / "store", workers=3)
+    got = [d["ids"].tolist() for d in store_docs(tmp_path / "store", "t", tok)]
+    assert got == [[tok.bos_id, *tok.encode(t), tok.eos_id] for t in texts[:-1]]
+    assert man["sources"]["t"]["bad"] == {"empty": 1} and man["sources"]["t"]["bad_first"][0].startswith(str(tmp_path))
