@@ -21,6 +21,8 @@ import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from gcs_emulator import gcs_bucket, gcs_emulator  # noqa: E402, F401 (real buckets: tests/gcs_emulator.py)
+
 
 @pytest.fixture(scope="session")
 def llama2_like_spm(tmp_path_factory) -> Path:

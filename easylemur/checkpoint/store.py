@@ -2,10 +2,12 @@
 each holding named pytree items and a JSON `meta` item. Nothing here knows the model: its
 meta schema and parameter loading are `checkpoint.model_meta`'s.
 
-A step folder appears under its final name only once every item is complete (orbax commits
-atomically), so a crash mid-write never leaves a checkpoint that looks whole. `save` records a
-fingerprint of every array in the meta; `verify_restored` and `verify_step` check them
-(docs/design.md, "Checkpoint layout", "Checkpoint integrity").
+A crash mid-write never leaves a checkpoint that looks whole: on a local disk orbax writes a
+step under a temporary name and renames it once every item is complete; on a bucket (no atomic
+rename) it writes under the final name and adds `commit_success.txt` last, and a step folder
+without it is incomplete (`is_complete`): never resolved, restored or verified as a
+checkpoint. `save` records a fingerprint of every array in the meta; `verify_restored` and
+`verify_step` check them (docs/design.md, "Checkpoint layout", "Checkpoint integrity").
 """
 
 from __future__ import annotations
@@ -175,6 +177,17 @@ def read_saved(path: str | Path, step: int | None = None) -> Saved:
     return Saved(directory, step, meta)
 
 
+def is_complete(step_dir: str | Path) -> bool:
+    """Whether a step folder's save finished, by orbax's own rule (the one `all_steps` applies):
+    on a bucket its `commit_success.txt` exists; on a local disk any folder not under orbax's
+    temporary name is complete."""
+    return ocp.utils.is_checkpoint_finalized(as_path(step_dir))
+
+
+def _incomplete(step_dir: Any) -> CheckpointError:
+    return CheckpointError(f"{step_dir}: incomplete (its save did not finish: no commit_success.txt); not a checkpoint")
+
+
 def is_step_dir(path: str | Path) -> bool:
     """Whether `path` is one checkpoint step folder, judged by its contents (an orbax step
     holding a `meta` item), not by its name: a step copied elsewhere keeps its contents, not
@@ -223,10 +236,13 @@ def resolve(path: str | Path, step: int | None = None) -> tuple[Path, int]:
     elif (path / "meta").is_dir() and path.name.isdigit():
         if step is not None and step != int(path.name):
             raise CheckpointError(f"{path} is step {path.name}, but step {step} was asked for")
+        if not is_complete(path):
+            raise _incomplete(path)
         return path.parent, int(path.name)
     if not path.is_dir():
         raise CheckpointError(f"{path}: not an HF directory, an easylemur workdir or a checkpoint")
-    steps = sorted(int(p.name) for p in path.iterdir() if p.name.isdigit() and (p / "meta").is_dir())
+    # a bucket's step folder whose save was cut off has the final name: skipped, as orbax does
+    steps = sorted(int(p.name) for p in path.iterdir() if p.name.isdigit() and (p / "meta").is_dir() and is_complete(p))
     if not steps:
         raise CheckpointError(f"{path}: no complete checkpoint (no step folder with params and meta)")
     if step is None:
@@ -276,6 +292,8 @@ def verify_step(directory: str | Path, step: int) -> str:
     """Reads every array of one step from disk and checks it against the recorded fingerprints;
     returns a one-line verdict, raises CheckpointError naming what is damaged."""
     path = as_path(directory) / str(step)
+    if path.is_dir() and not is_complete(path):
+        raise _incomplete(path)
     mngr = manager(directory, async_save=False)
     try:
         meta = restore_meta(mngr, step)

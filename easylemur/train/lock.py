@@ -75,7 +75,11 @@ class WorkdirLock:
     # ---------------------------------------------------------------- taking and releasing
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # a bucket has no directories to make; and gcsfs's makedirs would create a bucket that
+        # does not exist (a typo, in the default project and location): there the lock's own
+        # write says the bucket is missing instead
+        if "://" not in str(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
             if self.store.create(self._data()):
                 self.store.clean_leftovers()
@@ -290,7 +294,7 @@ class _GcsStore:
         bucket, _, name = str(path)[len("gs://"):].partition("/")
         self.blob = storage.Client().bucket(bucket).blob(name)
         self.bucket_obj = self.blob.bucket
-        self.name, self.token, self.errors = name, token, exceptions
+        self.path, self.name, self.token, self.errors = path, name, token, exceptions
         self.generation: Optional[int] = None  # of the object this run last wrote
 
     def create(self, data: bytes) -> bool:
@@ -298,6 +302,9 @@ class _GcsStore:
             self.blob.upload_from_string(data, if_generation_match=0)
         except self.errors.PreconditionFailed:
             return False
+        except self.errors.NotFound:  # an object write finds no bucket: the only 404 an upload has
+            raise InputError(f"workdir {self.path.parent}: bucket gs://{self.bucket_obj.name} does not exist (or these "
+                             "credentials cannot see it); create it first, a run never creates buckets") from None
         self.generation = self.blob.generation
         return True
 
