@@ -199,7 +199,7 @@ def check_resumed_architecture(cfg: ConfigDict, saved: LlamaConfig, step: int) -
 
 # What decides the order of the data: a resumed run that changes one of these continues, but
 # its batches are not the ones the original run would have seen.
-DATA_ORDER_KEYS = ("seed", "train.batch_size", "data.seq_len", "data.shards", "data.sources")
+DATA_ORDER_KEYS = ("seed", "train.batch_size", "data.seq_len", "data.shards", "data.sources", "data.stages")
 # What the optimizer applies from the resumed step on: a change takes effect (the schedule is
 # evaluated at the optimizer's own count), and is said.
 OPTIMIZER_KEYS = ("optimizer", "train.steps", "train.grad_accum", "train.z_loss")
@@ -238,6 +238,8 @@ def _changes(saved: dict, now: dict, keys: tuple) -> str:
     out = []
     for key in keys:
         a, b = _get(saved, key), _get(now, key)
+        if key == "data.stages" and a is None and not b:
+            continue  # a run saved before stages existed had none
         if isinstance(a, dict) and isinstance(b, dict) and key != "data.sources":
             out += [f"{key}.{k} {json.dumps(a.get(k), default=str)} -> {json.dumps(b.get(k), default=str)}"
                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
