@@ -35,6 +35,7 @@ from easylemur.data.readers import (
     PARQUET_SUFFIXES,
     ParquetSource,
     detect_kind,
+    file_sizes,
     iter_jsonl_records,
     open_source,
     resolve_files,
@@ -111,7 +112,9 @@ def auto_shard(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
 
 
 def plan_units(sources: Mapping[str, Any]) -> list[Unit]:
-    """Every unit of `sources` (name -> source config), in a fixed order."""
+    """Every unit of `sources` (name -> source config), in a fixed order. A file source's
+    files may be local or URLs (a bucket's objects, `readers.resolve_files`): a unit's input is
+    the file's path or URL and its size."""
     units: list[Unit] = []
     for name, scfg in sources.items():
         scfg = source_dict(scfg)
@@ -122,7 +125,7 @@ def plan_units(sources: Mapping[str, Any]) -> list[Unit]:
             files = resolve_files(scfg["path"], JSONL_SUFFIXES if kind == "jsonl" else PARQUET_SUFFIXES)
             if not files:
                 open_source({**scfg, "kind": kind})  # the pipeline's own message for this path
-            units += [Unit(name, i, kind, f, os.path.getsize(f)) for i, f in enumerate(files)]
+            units += [Unit(name, i, kind, f, n) for i, (f, n) in enumerate(zip(files, file_sizes(files)))]
             continue
         try:
             reader = open_source({**scfg, "kind": kind})

@@ -11,6 +11,10 @@ raise in strict mode). A file that cannot be read at all (missing, corrupt, trun
 the files' size: `JsonlSource` keeps a line index (8 bytes a line) and decompresses .gz/.zst to
 a private temporary file; `iter_jsonl_records` streams one file's records.
 
+A path with "://" is a URL read through fsspec (gcsfs for gs://): a glob, a prefix listed
+recursively, or one object; JSONL and Parquet are read from there as from local disk (a JSONL
+object streamed in REMOTE_BLOCK reads, `_Remote`). Local files never import fsspec.
+
 The source config keys and their defaults are the config schema's (config.SOURCE_DEFAULTS).
 """
 
@@ -44,9 +48,21 @@ def _has_suffix(path: str, suffixes: tuple[str, ...]) -> bool:
     return any(path.endswith(s) for s in suffixes)
 
 
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def _is_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
 def resolve_files(path: str, suffixes: tuple[str, ...]) -> list[str]:
-    """Files named by `path` (a file, a glob, or a directory searched recursively), sorted."""
-    if any(c in path for c in "*?["):
+    """Files named by `path` (a file, a glob, or a directory searched recursively), sorted; for
+    a URL the objects (a glob's matches, every object under a prefix, the object), each a URL."""
+    if _is_url(path):
+        what, files = _url_listing(path)
+        return [f for f in files if _has_suffix(f, suffixes)] if what == "prefix" else files
+    if _is_glob(path):
         files = [f for f in globlib.glob(path, recursive=True) if os.path.isfile(f)]
     elif os.path.isdir(path):
         files = [
@@ -63,16 +79,29 @@ def resolve_files(path: str, suffixes: tuple[str, ...]) -> list[str]:
 
 
 def _why_no_files(path: str) -> str:
-    if any(c in path for c in "*?["):
+    if _is_url(path):
+        what = "glob" if _is_glob(path) else _url_listing(path)[0]
+        return {"glob": "the pattern matches no object", "prefix": "no data files under this prefix",
+                "object": "not a data file"}.get(what, "no such object or prefix")
+    if _is_glob(path):
         return "the pattern matches no file"
     return "no data files in this directory" if os.path.isdir(path) else "no such file or directory"
+
+
+def _kind_of_files(files: list[str], glob: bool) -> str | None:
+    """What the files of a directory or prefix (data suffixes only) or of a glob (any match) hold."""
+    if any(_has_suffix(f, PARQUET_SUFFIXES) for f in files) and not any(_has_suffix(f, JSONL_SUFFIXES) for f in files):
+        return "parquet"
+    if any(_has_suffix(f, JSONL_SUFFIXES) for f in files) or (glob and files):
+        return "jsonl"
+    return None
 
 
 def detect_kind(path: str) -> str:
     if path.startswith("tfds:"):
         return "tfds"
-    if "://" in path:  # a bucket (gs://, any fsspec URL) holds token stores only
-        return "tokens"
+    if _is_url(path):
+        return _url_kind(path)
     p = Path(path)
     if p.is_dir() and (p / STORE_MANIFEST).exists():
         return "tokens"
@@ -80,15 +109,120 @@ def detect_kind(path: str) -> str:
         return "hf_disk"
     if p.is_file():
         return "parquet" if _has_suffix(path, PARQUET_SUFFIXES) else "jsonl"
-    if resolve_files(path, PARQUET_SUFFIXES) and not resolve_files(path, JSONL_SUFFIXES):
-        return "parquet"
-    if resolve_files(path, JSONL_SUFFIXES):
-        return "jsonl"
-    if p.exists() or any(c in path for c in "*?["):
+    if kind := _kind_of_files(resolve_files(path, JSONL_SUFFIXES + PARQUET_SUFFIXES), _is_glob(path)):
+        return kind
+    if p.exists() or _is_glob(path):
         raise DataError(f"{path}: {_why_no_files(path)} (expected .jsonl[.gz|.zst] or .parquet files)")
     if "/" in path and not path.startswith((".", "/")) and path.count("/") == 1:
         return "hf_hub"
     raise DataError(f"{path}: no such file or directory (and not a hub dataset name like 'org/name')")
+
+
+# --- URLs (any fsspec filesystem: gs:// through gcsfs) ----------------------------------------
+
+
+def _url_fs(url: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path on it) of a URL; an unknown scheme or a missing backend is a DataError."""
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url)
+    except Exception as e:  # noqa: BLE001 - ImportError (no gcsfs), ValueError (unknown scheme), a backend's own
+        raise DataError(f"{url}: cannot open this URL ({_one_line(e)}); for gs:// install gcsfs "
+                        "(pip install 'easylemur[gcs]')") from None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _remote_error(url: str, e: BaseException) -> DataError:
+    if isinstance(e, DataError):
+        return e
+    if isinstance(e, FileNotFoundError):
+        return DataError(f"{url}: cannot read: no such object")
+    return DataError(f"{url}: cannot read: {type(e).__name__}: {_one_line(e)}")
+
+
+def _remote(url: str, fn: Any) -> Any:
+    """fn(), a backend's error (gcsfs raises OSError, HttpError, auth errors) as a DataError naming `url`."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - see above
+        raise _remote_error(url, e) from None
+
+
+def _spell(fs: Any, root_url: str, f: str) -> str:
+    """The URL of listed object `f` spelled as the user spelled `root_url` (a prefix of it), else as fsspec does."""
+    root = fs._strip_protocol(root_url).rstrip("/") if "://" in root_url else ""
+    if root and (f == root or f.startswith(root + "/")):
+        return root_url.rstrip("/") + f[len(root):]
+    return fs.unstrip_protocol(f)
+
+
+def _url_listing(url: str) -> tuple[str, list[str]]:
+    """(what `url` names: "glob" | "prefix" | "object" | "none", the URLs of the objects there:
+    a glob's matches, every object under a prefix, the object itself), sorted."""
+    fs, path = _url_fs(url)
+    if _is_glob(url):
+        k = min(url.index(c) for c in "*?[" if c in url)
+        found = _remote(url, lambda: fs.glob(path, detail=True))
+        root = url[: url.rfind("/", 0, k)]
+        return "glob", sorted(_spell(fs, root, f) for f, info in found.items() if info.get("type") == "file")
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        return "none", []
+    except Exception as e:  # noqa: BLE001
+        raise _remote_error(url, e) from None
+    if info.get("type") == "directory":
+        found = _remote(url, lambda: fs.find(path))
+        return "prefix", sorted(_spell(fs, url, f) for f in found)
+    return "object", [url]
+
+
+def _url_kind(url: str) -> str:
+    """detect_kind of a URL: a token store (`<url>/manifest.json`), else JSONL or Parquet by the objects there."""
+    fs, path = _url_fs(url)
+    if not _is_glob(url) and _remote(url, lambda: fs.exists(path.rstrip("/") + "/" + STORE_MANIFEST)):
+        return "tokens"
+    what, files = _url_listing(url)
+    if what == "object":
+        return "parquet" if _has_suffix(url, PARQUET_SUFFIXES) else "jsonl"
+    if what == "prefix":
+        names = {f.rsplit("/", 1)[-1] for f in files if f.rsplit("/", 1)[0] == url.rstrip("/")}
+        if names & {"dataset_info.json", "state.json", "dataset_dict.json"}:
+            raise DataError(f"{url}: a datasets.save_to_disk directory is not read from a bucket; copy it to local disk")
+        if any(f.endswith((".ids", ".docs")) for f in files):
+            raise DataError(f"{url}: not a finalized token store (no {STORE_MANIFEST}; run `python -m easylemur.data "
+                            "finalize` after every tokenize worker has finished)")
+        files = [f for f in files if _has_suffix(f, JSONL_SUFFIXES + PARQUET_SUFFIXES)]
+    if kind := _kind_of_files(files, what == "glob"):
+        return kind
+    raise DataError(f"{url}: no token store ({STORE_MANIFEST}) and no .jsonl[.gz|.zst] or .parquet files: "
+                    f"{_why_no_files(url)}")
+
+
+def file_sizes(files: list[str]) -> list[int]:
+    """The byte size of each file or URL (a bucket's asked concurrently where fsspec can)."""
+    out: dict[str, int] = {}
+    groups: dict[int, tuple[Any, list[tuple[str, str]]]] = {}
+    for f in files:
+        if _is_url(f):
+            fs, p = _url_fs(f)
+            groups.setdefault(id(fs), (fs, []))[1].append((f, p))
+            continue
+        try:
+            out[f] = os.path.getsize(f)
+        except OSError as e:
+            raise DataError(f"{f}: cannot read: {e.strerror or e}") from None
+    for fs, items in groups.values():
+        try:
+            sizes = fs.sizes([p for _, p in items])
+        except Exception:  # noqa: BLE001 - which one: asked again one by one, for the error naming it
+            sizes = [_remote(f, lambda p=p: fs.size(p)) for f, p in items]
+        out.update((f, int(n)) for (f, _), n in zip(items, sizes))
+    return [out[f] for f in files]
 
 
 # --- JSONL -----------------------------------------------------------------------------------
@@ -99,6 +233,7 @@ OUT_CHUNK = 1 << 20  # decompressed bytes one decoder call returns, about (gzip:
 ZSTD_MAGIC = 0xFD2FB528
 ZSTD_BLOCK_MAX = 1 << 17  # a zstd block decompresses to 128 KiB at most (RFC 8878, Block_Maximum_Size)
 _COMPRESSION = {".gz": "gzip", ".zst": "zstd"}
+REMOTE_BLOCK = 16 << 20  # bytes one GET of a streamed remote object fetches (its readahead)
 
 
 def _compression(path: str) -> str | None:
@@ -119,8 +254,63 @@ def _decode_error_types() -> tuple[type[BaseException], ...]:
     return (zlib.error, zstandard.ZstdError)
 
 
-def _open_fd(path: str) -> tuple[int, int]:
-    """(fd, size) of a file to read; a file that cannot be opened is a DataError naming it."""
+class _Remote:
+    """An object at an fsspec URL in the role of a file descriptor (`_pread`, `_close`).
+
+    Streamed (the default): a read that its buffer does not hold fetches REMOTE_BLOCK bytes
+    from its offset with one ranged GET (`fs.cat_file`), keeping the buffered bytes from that
+    offset on, so reading the object front to back in DECODE_CHUNK pieces (zstd's pieces step
+    back to a block boundary) is one GET per REMOTE_BLOCK, not one per piece; a read behind the
+    buffer (the error path's second pass) fetches again. `ranged()`: each read is one ranged
+    GET of exactly its bytes (random access to records). Safe from several threads; a forked
+    copy connects again (fsspec makes a fresh filesystem object per process)."""
+
+    def __init__(self, url: str, size: int | None = None, ranged: bool = False):
+        self.url, self.is_ranged = url, ranged
+        self.lock = threading.RLock()  # pread holds it while _get connects
+        self._pid: int | None = None
+        self._buf, self._start = b"", 0
+        self.size = int(_remote(url, lambda: self._connect()[0].size(self._path))) if size is None else size
+
+    def _connect(self) -> tuple[Any, str]:
+        if self._pid != os.getpid():
+            self._fs, self._path = _url_fs(self.url)
+            self._pid = os.getpid()
+        return self._fs, self._path
+
+    def _get(self, start: int, end: int) -> bytes:
+        with self.lock:
+            fs, path = self._connect()
+        return _remote(self.url, lambda: fs.cat_file(path, start=start, end=end)) if end > start else b""
+
+    def ranged(self) -> _Remote:
+        return _Remote(self.url, self.size, ranged=True)
+
+    def pread(self, n: int, offset: int) -> bytes:
+        n = min(n, self.size - offset)
+        if n <= 0:
+            return b""
+        if self.is_ranged:
+            return self._get(offset, offset + n)
+        with self.lock:  # one stream: its reads come in order, the lock only guards the buffer
+            buf, at = self._buf, offset - self._start
+            if 0 <= at and at + n <= len(buf):
+                return buf[at : at + n]
+            keep = buf[at:] if 0 <= at < len(buf) else b""
+            self._buf = keep + self._get(offset + len(keep), min(self.size, offset + max(n, REMOTE_BLOCK)))
+            self._start = offset
+            return self._buf[:n]
+
+    def close(self) -> None:
+        self._buf = b""
+
+
+def _open_fd(path: str) -> tuple[int | _Remote, int]:
+    """(fd, size) of a file to read (a URL: a `_Remote` in place of the fd); a file that cannot
+    be opened is a DataError naming it."""
+    if _is_url(path):
+        r = _Remote(path)
+        return r, r.size
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -132,8 +322,17 @@ def _open_fd(path: str) -> tuple[int, int]:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
 
 
-def _pread(path: str, fd: int, n: int, offset: int) -> bytes:
+def _close(fd: int | _Remote) -> None:
+    if isinstance(fd, int):
+        os.close(fd)
+    else:
+        fd.close()
+
+
+def _pread(path: str, fd: int | _Remote, n: int, offset: int) -> bytes:
     """`n` bytes at `offset` (fewer at the end of the file); thread-safe: no shared file position."""
+    if not isinstance(fd, int):
+        return fd.pread(n, offset)
     try:
         b = os.pread(fd, n, offset)
         if len(b) == n or not b:
@@ -325,7 +524,8 @@ def iter_jsonl_records(path: str) -> Iterator[tuple[str, Any]]:
     """(where, value) of each non-empty line of ONE JSONL file (plain, .gz or .zst), in order:
     exactly what `JsonlSource([path])[i]` gives, in constant memory (the longest line aside): no
     temporary file, no index. A truncated or corrupt compressed file is a DataError naming it
-    and the byte offset, raised when the stream reaches the damage."""
+    and the byte offset, raised when the stream reaches the damage. A URL is streamed the same
+    way (`_Remote`: a GET per REMOTE_BLOCK bytes)."""
     path = os.fspath(path)
     fd, size = _open_fd(path)
     try:
@@ -346,7 +546,7 @@ def iter_jsonl_records(path: str) -> Iterator[tuple[str, Any]]:
         if last := b"".join(pending):
             yield _record(last, f"{path}:{lineno + 1}")
     finally:
-        os.close(fd)
+        _close(fd)
 
 
 class _LineIndex:
@@ -392,14 +592,14 @@ class _LineIndex:
 
 
 class _Fd:
-    """An open file descriptor, closed when the last reference to it goes."""
+    """An open file descriptor (or `_Remote`), closed when the last reference to it goes."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int | _Remote):
         self.fd = fd
 
     def __del__(self):
         try:
-            os.close(self.fd)
+            _close(self.fd)
         except Exception:  # noqa: BLE001 - at interpreter exit
             pass
 
@@ -456,7 +656,7 @@ class _OpenFiles:
         if size is not None and got != size:
             raise DataError(f"{path}: changed since it was indexed ({size} bytes of JSONL then, {got} now)")
         if fmt is None:
-            self.files[fi] = (src, 0)
+            self.files[fi] = (src if isinstance(fd, int) else _Fd(fd.ranged()), 0)  # a URL: a ranged GET a record
         else:
             self.files[fi] = (self.tmp, self.tmp_size)
             self.tmp_size += got
@@ -488,7 +688,13 @@ class JsonlSource:
     number of threads. The temporary file needs disk room for the decompressed data (a tmpfs
     TMPDIR holds it in memory) and goes with the source. A pickled copy keeps the index and
     shares this process's open files (a forked one inherits them); in another process it opens
-    each file on first access, decompressing it again."""
+    each file on first access, decompressing it again.
+
+    URLs work too: a compressed object is streamed once into the temporary file like a local
+    one (so it downloads the whole object); an uncompressed one is indexed by streaming it and
+    its records are then read by one ranged GET each: fine for eval sets and small sources,
+    while a big corpus in a bucket is tokenized into a token store first (`python -m
+    easylemur.data tokenize`, which streams each object once)."""
 
     def __init__(self, files: list[str]):
         self.files = list(files)
@@ -563,9 +769,15 @@ class JsonlSource:
 # --- Parquet ---------------------------------------------------------------------------------
 
 
+def _parquet_fs(path: str) -> dict[str, Any]:
+    """pyarrow's `filesystem` argument for a URL (fsspec's, which pyarrow wraps), none for a local file."""
+    return {"filesystem": _url_fs(path)[0]} if _is_url(path) else {}
+
+
 class ParquetSource:
     """Random access to Parquet rows. Each process loads a file's needed columns on first
-    access (row groups would be decoded over and over under a global shuffle)."""
+    access (row groups would be decoded over and over under a global shuffle): memory-mapped
+    for a local file, read into memory for a URL."""
 
     def __init__(self, files: list[str], columns: list[str] | None):
         import pyarrow as pa
@@ -576,7 +788,7 @@ class ParquetSource:
         counts = []
         for f in self.files:
             try:
-                counts.append(pq.ParquetFile(f).metadata.num_rows)
+                counts.append(pq.ParquetFile(f, **_parquet_fs(f)).metadata.num_rows)
             except (pa.ArrowException, OSError) as e:  # pyarrow's message does not name the file
                 raise DataError(f"{f}: not a readable Parquet file ({type(e).__name__}: {e})") from None
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -607,9 +819,10 @@ class ParquetSource:
             t = self._tables.get(fi)
             if t is None:
                 try:
-                    schema = pq.read_schema(self.files[fi])
+                    f, fs = self.files[fi], _parquet_fs(self.files[fi])
+                    schema = pq.read_schema(f, **fs)
                     cols = None if self.columns is None else [c for c in self.columns if c in schema.names]
-                    t = self._tables[fi] = pq.read_table(self.files[fi], columns=cols, memory_map=True)
+                    t = self._tables[fi] = pq.read_table(f, columns=cols, memory_map=not fs, **fs)
                 except (pa.ArrowException, OSError) as e:  # a damaged column chunk shows only when decoded
                     raise DataError(f"{self.files[fi]}: not a readable Parquet file ({type(e).__name__}: {e})") from None
         return t
