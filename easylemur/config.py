@@ -30,10 +30,11 @@ class ConfigError(InputError):
 # One data source, `data.sources.<name>` (and `data.eval_sources.<name>`), with its defaults
 # (docs/design.md, "Sources"); easylemur.data reads them.
 SOURCE_DEFAULTS: dict[str, Any] = {
-    # a file, glob or directory of JSONL (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files; a
-    # directory written by `datasets.Dataset.save_to_disk`; a Hugging Face hub name (streamed,
-    # needs a network); `tfds:NAME` (needs the [tfds] extra); or a token store written by
-    # `python -m easylemur.data tokenize` (a local directory or a bucket URL such as gs://B/store)
+    # a file, glob or directory of JSONL (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files, on
+    # local disk or in a bucket (gs://B/P, any fsspec URL); a directory written by
+    # `datasets.Dataset.save_to_disk`; a Hugging Face hub name (streamed, needs a network);
+    # `tfds:NAME` (needs the [tfds] extra); or a token store written by `python -m easylemur.data
+    # tokenize` (a directory or bucket prefix holding manifest.json): big corpora go there first
     "path": "",
     "weight": 1.0,  # mixing weight (> 0); a source's share of rows equals its share of the weights
     "format": "text",  # "text" (pre-training documents) or "chat" (conversations rendered in ChatML)

@@ -19,8 +19,9 @@ rows by weight and the epochs of it that implies, and warnings (a source repeati
 4 times or used under 1%). Tokens are counted exactly, or with --sample-records N estimated
 from about N records per source (marked as estimates). A progress bar goes to stderr.
 
-tokenize writes the config's sources (data.sources; --eval: data.eval_sources) into a token
-store at --out (a directory or a bucket URL such as gs://B/lemur): each input file (or block of
+tokenize writes the config's sources (data.sources; --eval: data.eval_sources; their files on
+local disk or in a bucket) into a token store at --out (a directory or a bucket URL such as
+gs://B/lemur, with the [gcs] extra installed): each input file (or block of
 rows) becomes one unit of token ids plus a commit marker. --shard I/N does worker I's share of N
 (run it on every host of a pod, or as a SLURM array), --workers K runs K processes here; a rerun
 redoes only the units not yet done. --drop-contaminated AGAINST (as decontaminate's --against)
