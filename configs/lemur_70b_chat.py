@@ -6,9 +6,9 @@ Known from the paper: data sources and size, ChatML format. Other values are ASS
 
 The conversations are tokenized once into a store (conversations cut to data.seq_len):
     python -m easylemur.data tokenize --config configs/lemur_70b_chat.py \
-        --config.data.sources.chat.path=/data/lemur/chat --out gs://BUCKET/lemur/chat_tokens --workers 8
+        --config.data.sources.chat.path=gs://BUCKET/lemur/raw/chat --out gs://BUCKET/lemur/chat_tokens --workers 8
     python -m easylemur.data finalize --config configs/lemur_70b_chat.py \
-        --config.data.sources.chat.path=/data/lemur/chat --out gs://BUCKET/lemur/chat_tokens
+        --config.data.sources.chat.path=gs://BUCKET/lemur/raw/chat --out gs://BUCKET/lemur/chat_tokens
 """
 
 from ml_collections import ConfigDict
