@@ -40,10 +40,13 @@ class DataShards:
         self.mine = list(range(p * S // P, (p + 1) * S // P))
         check_rows_per_process(mesh, global_batch_size, data_cfg.seq_len)
         self.shards = []  # one data iterator per shard of this process's
+        # the sources' readers, opened once for all of them: a JSONL file indexed (decompressed)
+        # once, a token store's offsets held once, however many shards this process feeds
+        readers: dict[str, Any] = {}
         try:
             for s in self.mine:
                 self.shards.append(make_pipeline(data_cfg, tokenizer, global_batch_size=global_batch_size,
-                                                 seed=seed, process_index=s, process_count=S))
+                                                 seed=seed, process_index=s, process_count=S, open_readers=readers))
         except BaseException:
             self.close()  # the shards already built: nothing of them may outlive this error
             raise
