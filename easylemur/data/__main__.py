@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
         t.add_argument("--out", required=True, help="the store: a directory, or a bucket URL (gs://B/PATH)")
         t.add_argument("--source", action="append", default=[], metavar="NAME",
                        help="only this source (repeatable; default: every source)")
-        t.add_argument("--eval", action="store_true", help="data.eval_sources instead of data.sources")
+        t.add_argument("--eval", action="store_true",
+                       help="data.eval_sources instead of data.sources (give them a store of their own)")
         t.add_argument("--drop-contaminated", default="", metavar="AGAINST",
                        help="leave out documents matching these benchmarks (decontaminate's --against list)")
         if cmd == "tokenize":
