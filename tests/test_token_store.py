@@ -330,3 +330,15 @@ def test_a_dataset_on_disk_is_tokenized_in_row_blocks(tmp_path, tok, monkeypatch
     got = [d["ids"].tolist() for d in store_docs(tmp_path / "store", "t", tok)]
     assert got == [[tok.bos_id, *tok.encode(t), tok.eos_id] for t in texts[:-1]]
     assert man["sources"]["t"]["bad"] == {"empty": 1} and man["sources"]["t"]["bad_first"][0].startswith(str(tmp_path))
+
+
+def test_another_corpus_under_the_same_source_name_never_overwrites_a_store(tmp_path, tok):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x.jsonl").write_text(json.dumps({"text": f"corpus {d}"}) + "\n")
+    build_store(sources(t={"path": str(tmp_path / "a")}), tok, tmp_path / "store")
+    before = _tree(tmp_path / "store")
+    with pytest.raises(DataError, match=r"made from .*/a/x.jsonl, not .*/b/x.jsonl; tokenize this corpus into another"):
+        build.tokenize(sources(t={"path": str(tmp_path / "b")}), tok, str(tmp_path / "store"), seq_len=64,
+                       strict=False, log=lambda m: None)
+    assert _tree(tmp_path / "store") == before

@@ -301,6 +301,10 @@ def _marker_problem(storage: Storage, unit: Unit, settings: dict[str, Any]) -> t
     if not storage.exists(path):
         return None, "missing"
     marker = storage.read_json(path)
+    if marker.get("input", {}).get("path") != unit.path:
+        # another corpus under the same source name: redoing the unit would destroy it
+        raise DataError(f"{path}: unit {unit.label} of this store was made from {marker.get('input', {}).get('path')}, "
+                        f"not {unit.path}; tokenize this corpus into another --out (or another source name)")
     if marker.get("input") != unit.input():
         return None, f"made from {marker.get('input')}, the input now is {unit.input()}"
     if marker.get("settings") != settings:
