@@ -342,3 +342,13 @@ def test_another_corpus_under_the_same_source_name_never_overwrites_a_store(tmp_
         build.tokenize(sources(t={"path": str(tmp_path / "b")}), tok, str(tmp_path / "store"), seq_len=64,
                        strict=False, log=lambda m: None)
     assert _tree(tmp_path / "store") == before
+
+
+def test_workers_split_the_units_exactly_and_evenly():
+    import random
+
+    units = [build.Unit("s", i, "jsonl", f"f{i}", random.Random(i).randint(1, 10**9)) for i in range(2000)]
+    parts = [build.assign(units, w, 64) for w in range(64)]
+    assert sorted(u.index for p in parts for u in p) == list(range(2000))  # each unit to exactly one worker
+    loads = [sum(u.size for u in p) for p in parts]
+    assert max(loads) <= 1.01 * min(loads)
