@@ -13,6 +13,7 @@ setup(
         "orbax-checkpoint>=0.11.0",
         "grain>=0.2.10",
         "sentencepiece>=0.2.0",
+        "tokenizers>=0.21",  # tokenizer.json (Llama-3, Qwen2.5): easylemur/tokenizer/hf.py
         "datasets>=3.0",
         "ml_collections>=1.0",
         "safetensors>=0.4",

@@ -68,7 +68,7 @@ def default_config() -> ConfigDict:
     c.data = ConfigDict()
     c.data.seq_len = 256
     c.data.strict = False  # True: the first bad record raises, naming file and line
-    c.data.tokenizer = ""  # sentencepiece model; "": init.from's, else the shipped one
+    c.data.tokenizer = ""  # sentencepiece .model, tokenizer.json, or a dir of either; "": init.from's, else the shipped one
     # independent data shards making up each global batch (0: one per process); fix it to
     # keep the batches identical when the number of hosts changes
     c.data.shards = 0

@@ -6,10 +6,11 @@ Layout of a workdir's `checkpoints/<step>/`:
               (scan_layers: stacked `layers`, else `layers_{i}`)
   opt_state/  optimizer state (absent in parameter-only checkpoints such as from-hf output)
   meta/       JSON (written by `make_meta` alone, read by `read_meta`/`read_step`): step,
-              model (LlamaConfig fields), tokenizer (base64 sentencepiece model or null) and
-              its sha256, checksums (a fingerprint per array, added by `store.save`); a run's
-              also rng, data_state (every data shard's iterator state, its per-source token
-              counters included), nan_skips and the run config; from-hf's: source
+              model (LlamaConfig fields), tokenizer (base64 sentencepiece model or tokenizer.json,
+              or null) and its sha256, tokenizer_config (a tokenizer.json's tokenizer_config.json),
+              checksums (a fingerprint per array, added by `store.save`); a run's also rng,
+              data_state (every data shard's iterator state, its per-source token counters
+              included), nan_skips and the run config; from-hf's: source
 (docs/design.md, "Checkpoint layout").
 """
 
@@ -20,6 +21,7 @@ import base64
 import dataclasses
 import functools
 import hashlib
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -62,9 +64,21 @@ def _private_dir() -> Path:
     return d
 
 
-def tokenizer_from_json(blob: Optional[str], sha256: Optional[str] = None, where: str = "checkpoint") -> Optional[Path]:
+def tokenizer_config_of(path: str | Path | None) -> Optional[dict]:
+    """A tokenizer.json's tokenizer_config.json (BOS/EOS, chat template), embedded beside it
+    ({} when it has none); None for a sentencepiece model, which holds its own."""
+    if path is None or Path(path).suffix != ".json":
+        return None
+    cfg = Path(path).parent / "tokenizer_config.json"
+    return json.loads(cfg.read_text()) if cfg.is_file() else {}
+
+
+def tokenizer_from_json(blob: Optional[str], sha256: Optional[str] = None, where: str = "checkpoint",
+                        config: Optional[dict] = None) -> Optional[Path]:
     """The embedded sentencepiece model as a file in this process's private directory, checked
-    against the sha256 its checkpoint recorded (a mismatch is an error naming both hashes)."""
+    against the sha256 its checkpoint recorded (a mismatch is an error naming both hashes). With
+    `config` (an HF tokenizer): `tokenizer.json` in a directory of its own, tokenizer_config.json
+    beside it."""
     if not blob:
         return None
     raw = base64.b64decode(blob)
@@ -72,6 +86,14 @@ def tokenizer_from_json(blob: Optional[str], sha256: Optional[str] = None, where
     if sha256 and digest != sha256:
         raise CheckpointError(f"{where}: the embedded tokenizer has sha256 {digest}, but the checkpoint recorded "
                               f"{sha256}; the checkpoint's meta is damaged")
+    if config is not None:
+        cfg = json.dumps(config, indent=2, ensure_ascii=False)
+        d = _private_dir() / f"tokenizer-{digest}-{_sha256(cfg.encode())[:16]}"
+        if not d.exists():  # written once per process; only this process can write here
+            d.mkdir()
+            (d / "tokenizer_config.json").write_text(cfg)
+            (d / "tokenizer.json").write_bytes(raw)
+        return d / "tokenizer.json"
     path = _private_dir() / f"tokenizer-{digest}.model"
     if not path.exists():  # written once per process; only this process can write here
         with open(path, "xb") as f:
@@ -83,8 +105,10 @@ def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | No
     """The one writer of a checkpoint's `meta` item: step, model config, embedded tokenizer,
     plus what the caller adds (a run: rng, data_state, nan_skips, config; from-hf: source)."""
     blob = tokenizer_to_json(tokenizer_path)
+    hf_config = tokenizer_config_of(tokenizer_path)
     return {"step": step, "model": model_config_to_json(model_cfg), "tokenizer": blob,
-            "tokenizer_sha256": _sha256(base64.b64decode(blob)) if blob else None, **extra}
+            "tokenizer_sha256": _sha256(base64.b64decode(blob)) if blob else None,
+            **({"tokenizer_config": hf_config} if hf_config is not None else {}), **extra}
 
 
 def save_run(mngr: ocp.CheckpointManager, step: int, state: dict, model_cfg: LlamaConfig, tokenizer_path: str | Path,
@@ -104,8 +128,10 @@ class ModelCheckpoint(Saved):
         return model_config_from_json(self.meta["model"])
 
     def tokenizer_path(self) -> Optional[Path]:
-        """The embedded sentencepiece model as a file, or None when the checkpoint has none."""
-        return tokenizer_from_json(self.meta.get("tokenizer"), self.meta.get("tokenizer_sha256"), str(self.path))
+        """The embedded tokenizer as a file (a sentencepiece model, or a tokenizer.json with its
+        tokenizer_config.json beside it), or None when the checkpoint has none."""
+        return tokenizer_from_json(self.meta.get("tokenizer"), self.meta.get("tokenizer_sha256"), str(self.path),
+                                   self.meta.get("tokenizer_config"))
 
 
 def _model_checkpoint(saved: Saved) -> ModelCheckpoint:

@@ -53,13 +53,24 @@ from easylemur.convert.safetensors_io import (
     parse_size,
     write_sharded_safetensors,
 )
-from easylemur.tokenizer.spm import Tokenizer, extend_model, tokenizer_file
+from easylemur.tokenizer import load_tokenizer, tokenizer_kind
+from easylemur.tokenizer.hf import extend_hf
+from easylemur.tokenizer.spm import extend_model, tokenizer_file
 from easylemur.model.vocab import grow_rows
 
 
 class ConvertError(InputError):
     """A conversion that cannot be done faithfully; the message names the bad value."""
 
+
+
+def _tokenizer_path(path: str | os.PathLike) -> Path:
+    """The tokenizer file a path names: a directory's tokenizer.model (sentencepiece) or else its
+    tokenizer.json (HF tokenizers), or the file itself."""
+    p = Path(path)
+    if p.is_dir() and tokenizer_kind(p) == "hf":
+        return p / "tokenizer.json"
+    return tokenizer_file(p)
 
 def _np_dtype(name: str) -> np.dtype:
     import ml_dtypes
@@ -428,28 +439,33 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
     pairs = hf.check_hf_tensors(hf_dir, hf.index_hf_tensors(hf_dir), cfg)
     store = _store_dtype(param_dtype, pairs)
 
-    tok_path: Optional[Path] = tokenizer_file(tokenizer) if tokenizer else None
-    if tok_path is None and tokenizer_file(hf_dir).is_file():
-        tok_path = tokenizer_file(hf_dir)
+    tok_path: Optional[Path] = _tokenizer_path(tokenizer) if tokenizer else None
+    if tok_path is None and tokenizer_kind(hf_dir) is not None:
+        tok_path = _tokenizer_path(hf_dir)
     if tok_path is not None and not tok_path.is_file():
-        raise ConvertError(f"--tokenizer {tok_path}: no such sentencepiece model file")
+        raise ConvertError(f"--tokenizer {tok_path}: no such tokenizer file (a sentencepiece .model, a tokenizer.json, "
+                           "or a directory holding one)")
     if tok_path is None:
-        log(f"note: {hf_dir} has no tokenizer.model; the checkpoint carries no tokenizer")
+        log(f"note: {hf_dir} has neither tokenizer.model nor tokenizer.json; the checkpoint carries no tokenizer")
 
     vocab_size = cfg.vocab_size
     with tempfile.TemporaryDirectory() as tmp:
         if add_chatml_tokens:
             if tok_path is None:
-                raise ConvertError("--add-chatml-tokens needs a sentencepiece tokenizer.model "
-                                   f"(none in {hf_dir}; pass --tokenizer PATH)")
-            report = extend_model(str(tok_path), str(Path(tmp) / "tokenizer.model"))
-            tok_path = Path(report["model"])
+                raise ConvertError("--add-chatml-tokens needs a tokenizer (tokenizer.model or tokenizer.json; "
+                                   f"none in {hf_dir}; pass --tokenizer PATH)")
+            if tokenizer_kind(tok_path) == "hf":
+                report = extend_hf(tok_path, tmp)
+                tok_path = Path(tmp) / "tokenizer.json"
+            else:
+                report = extend_model(str(tok_path), str(Path(tmp) / "tokenizer.model"))
+                tok_path = Path(report["model"])
             # New pieces get ids after the tokenizer's last; an embedding already padded past
             # the tokenizer (some checkpoints are) has rows for them.
             vocab_size = max(cfg.vocab_size, int(report["vocab_size"]))
             log(f"ChatML tokens {report['added'] or '(already present)'}; vocabulary {cfg.vocab_size} -> {vocab_size}")
         if tok_path is not None:
-            n_tok = Tokenizer(str(tok_path)).vocab_size
+            n_tok = load_tokenizer(tok_path).vocab_size
             if n_tok > vocab_size:
                 raise ConvertError(f"tokenizer {tok_path} has {n_tok} pieces but the model only {vocab_size} "
                                    "embedding rows; ids past the embedding would be out of range")
@@ -584,7 +600,7 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
         items.append((m.hf_name, LazyArray(m.hf_shape, target, load)))
 
     tok_path = reader.saved.tokenizer_path()
-    tok = Tokenizer(str(tok_path)) if tok_path is not None else None
+    tok = load_tokenizer(tok_path) if tok_path is not None else None
     note_leftovers(final, log)
     staged = _staging_dir(final)
     try:

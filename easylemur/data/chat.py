@@ -120,19 +120,38 @@ def to_messages(record: Mapping[str, Any], field: str | None = None) -> list[Mes
     raise ChatFormatError(MISSING_FIELD, "record has none of 'messages', 'conversations', 'question'/'response'")
 
 
+def _bos(tokenizer) -> tuple[list[int], list[int]]:
+    """(ids, mask) a conversation starts with: BOS, or nothing for a tokenizer without one."""
+    return ([], []) if tokenizer.bos_id is None else ([tokenizer.bos_id], [0])
+
+
 def _turn(message: Mapping[str, str], tokenizer) -> tuple[list[int], list[int]]:
     role, content = message["role"], message["content"]
     enc = functools.partial(tokenizer.encode, continuation=True)
-    head = [tokenizer.im_start_id] + enc(role + "\n")
-    body = enc(content) + [tokenizer.im_end_id] + enc("\n")
+    head_ids = enc(role + "\n")
+    if tokenizer.kind == "hf":
+        # A byte-level BPE's pre-tokenizer merges across the role's "\n" and the content (content
+        # starting with "\n" or spaces): encode the text between the markers whole, as AutoTokenizer
+        # does, and split it where it stops agreeing with the role's own ids (a token spanning
+        # both is the content's). sentencepiece (the shipped model: "\n" is never in a piece) keeps
+        # encoding the two apart.
+        joint = enc(role + "\n" + content)
+        k = 0
+        while k < min(len(joint), len(head_ids)) and joint[k] == head_ids[k]:
+            k += 1
+        head_ids, content_ids = joint[:k], joint[k:]
+    else:
+        content_ids = enc(content)
+    head = [tokenizer.im_start_id] + head_ids
+    body = content_ids + [tokenizer.im_end_id] + enc("\n")
     trained = 1 if role == "assistant" else 0
     return head + body, [0] * len(head) + [trained] * len(body)
 
 
 def render_chat(messages: Sequence[Mapping[str, str]], tokenizer) -> tuple[list[int], list[int]]:
-    """(ids, loss_mask) of a conversation: BOS first, mask 1 on assistant content+<|im_end|>\\n."""
+    """(ids, loss_mask) of a conversation: BOS first (if the tokenizer has one), mask 1 on assistant content+<|im_end|>\\n."""
     tokenizer.require_chatml()
-    ids, mask = [tokenizer.bos_id], [0]
+    ids, mask = _bos(tokenizer)
     for m in messages:
         t_ids, t_mask = _turn(m, tokenizer)
         ids += t_ids
@@ -161,7 +180,7 @@ def render_truncated(
     even the first assistant turn does not fit, cuts the tokens at max_len. Returns None when
     no trained token is left (the caller drops and counts the conversation)."""
     tokenizer.require_chatml()
-    ids, mask = [tokenizer.bos_id], [0]
+    ids, mask = _bos(tokenizer)
     best = None
     for m in messages:
         t_ids, t_mask = _turn(m, tokenizer)

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 class Tokenize(grain.transforms.Map):
     """(where, record) -> {"ids": int32[n], "mask": int8[n]} or a BadRecord (or None for a blank
-    line). Text documents become BOS + tokens + EOS, all trained but BOS; conversations are
+    line). Text documents become BOS + tokens + EOS, all trained but BOS (a tokenizer without a
+    BOS: tokens + EOS, all trained but the first token); conversations are
     rendered in ChatML and truncated to seq_len (see chat.render_truncated)."""
 
     def __init__(self, fmt: str, field: str, tokenizer: Tokenizer, seq_len: int, strict: bool, source_name: str):
@@ -79,11 +80,14 @@ class Tokenize(grain.transforms.Map):
             return self._bad(INVALID_UTF8, where, err)
         tok = self.tokenizer
         enc = tok.encode_array(text)  # int32 straight from sentencepiece: no list of ints
-        n = len(enc) + 2
+        head = 0 if tok.bos_id is None else 1  # a tokenizer without BOS (Qwen2.5's): tokens + EOS
+        n = len(enc) + head + 1
         ids = np.empty(n, np.int32)
-        ids[0], ids[1:-1], ids[-1] = tok.bos_id, enc, tok.eos_id
+        if head:
+            ids[0] = tok.bos_id
+        ids[head:-1], ids[-1] = enc, tok.eos_id
         mask = np.ones(n, np.int8)
-        mask[0] = 0
+        mask[0] = 0  # BOS, or without one the first token: nothing in its segment predicts it
         return {"ids": ids, "mask": mask}
 
     def _chat(self, where: str, rec: dict) -> dict[str, np.ndarray] | BadRecord:

@@ -1,5 +1,5 @@
 """The tokenizer of a run's data (docs/design.md, "Tokenizer"): data.tokenizer, else init.from's
-own (an HF directory's tokenizer.model, or the one an easylemur checkpoint stores), else, for
+own (an HF directory's tokenizer.model or tokenizer.json, or the one an easylemur checkpoint stores), else, for
 a run from scratch, the shipped one.
 
 The one owner of that choice: the train loop (`state.resolve_run`) and `python -m
@@ -9,12 +9,16 @@ source, so the data commands of a run from scratch never load orbax, optax or th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ml_collections import ConfigDict
 
 from easylemur.config import ConfigError
-from easylemur.tokenizer.spm import Tokenizer, tokenizer_file
+from easylemur.tokenizer import load_tokenizer, tokenizer_kind
+from easylemur.tokenizer.spm import Tokenizer
+
+if TYPE_CHECKING:
+    from easylemur.tokenizer.hf import HFTokenizer
 
 
 def read_source(src: str) -> Any:
@@ -30,21 +34,21 @@ def read_source(src: str) -> Any:
     return model_meta.read_meta(src)
 
 
-def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer:
+def source_tokenizer(cfg: ConfigDict, source: Any) -> Tokenizer | HFTokenizer:
     """data.tokenizer, else init.from's own tokenizer, else (fresh runs only) the shipped one.
     A source without a tokenizer is an error: training a real model on the shipped
     tokenizer's ids would silently scramble it."""
     if cfg.data.tokenizer:
-        return Tokenizer.load(cfg.data.tokenizer)
+        return load_tokenizer(cfg.data.tokenizer)
     src = cfg.init["from"]
     if isinstance(source, str):
-        if tokenizer_file(source).is_file():
-            return Tokenizer.load(tokenizer_file(source))
-        raise ConfigError(f"init.from={src} has no tokenizer.model; set data.tokenizer to the sentencepiece model it "
-                          "was trained with")
+        if tokenizer_kind(source) is not None:
+            return load_tokenizer(source)
+        raise ConfigError(f"init.from={src} has no tokenizer.model or tokenizer.json; set data.tokenizer to the "
+                          "tokenizer it was trained with")
     if source is not None:
         path = source.tokenizer_path()
         if path is None:
             raise ConfigError(f"init.from={src} holds no tokenizer; set data.tokenizer")
-        return Tokenizer.load(path)
-    return Tokenizer.load(None)
+        return load_tokenizer(path)
+    return load_tokenizer(None)

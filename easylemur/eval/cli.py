@@ -77,7 +77,8 @@ def _generate(task: Task, args, n: int) -> list[tuple[Any, str]]:
             tok.require_chatml()
             ids = render_prompt(list(prompt.messages), tok) + tok.encode(prompt.assistant_prefix, continuation=True)
         else:
-            ids = [tok.bos_id] + tok.encode(prompt.text)  # BOS as every pre-training document starts
+            # BOS as every pre-training document starts (none for a tokenizer without one)
+            ids = ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(prompt.text)
         rows += [(p, j, ids) for j in range(n)]
     # Similar lengths together: fewer padded positions per batch and fewer shape buckets.
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][2]))

@@ -103,7 +103,8 @@ class LoadedModel:
         texts = [prompts] if single else list(prompts)
         for i, t in enumerate(texts):
             check_text(t, "prompt" if single else f"prompt {i}")
-        out = self._decode_texts([[tok.bos_id] + tok.encode(t) for t in texts], max_new_tokens, stop, stream, **opts)
+        bos = [tok.bos_id] if tok.bos_id is not None else []  # as pre-training documents start
+        out = self._decode_texts([bos + tok.encode(t) for t in texts], max_new_tokens, stop, stream, **opts)
         return out[0] if single else out
 
     def chat(self, conversations: str | Messages | Sequence[Messages], *, max_new_tokens: int = 128,
@@ -164,9 +165,9 @@ def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "floa
         tok_path = source.tokenizer_path()
         tokenizer = None
         if tok_path is not None:
-            from easylemur.tokenizer.spm import Tokenizer
+            from easylemur.tokenizer import load_tokenizer
 
-            tokenizer = Tokenizer.load(tok_path)
+            tokenizer = load_tokenizer(tok_path)
     # served unscanned: the decoder's cache is per layer; a scanned checkpoint is restored in
     # shards and unstacked on device
     cfg = dataclasses.replace(cfg, scan_layers=False)
@@ -175,9 +176,7 @@ def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "floa
 
 
 def _maybe_tokenizer(path: Path):
-    from easylemur.tokenizer.spm import Tokenizer, tokenizer_file
+    """An HF directory's tokenizer (tokenizer.model, else tokenizer.json), None without one."""
+    from easylemur.tokenizer import load_tokenizer, tokenizer_kind
 
-    file = tokenizer_file(path)
-    if not file.is_file():
-        return None
-    return Tokenizer.load(file)
+    return load_tokenizer(path) if tokenizer_kind(path) is not None else None

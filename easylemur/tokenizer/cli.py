@@ -1,6 +1,7 @@
 """Tokenizer tools: `python -m easylemur.tokenizer`.
 
     python -m easylemur.tokenizer extend --model llama2/tokenizer.model --out extended.model
+    python -m easylemur.tokenizer extend --model llama3_dir --out extended_dir   (tokenizer.json)
     python -m easylemur.tokenizer info [--model PATH]
 """
 
@@ -12,6 +13,7 @@ import os
 from typing import Sequence
 
 from easylemur.errors import add_debug_flag, run_cli
+from easylemur.tokenizer import load_tokenizer, tokenizer_kind
 from easylemur.tokenizer.spm import CHATML_TOKENS, DEFAULT_TOKENIZER_PATH, Tokenizer, TokenizerError, extend_model, tokenizer_file
 
 
@@ -31,15 +33,21 @@ def _main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     ext = sub.add_parser("extend", help="add the ChatML tokens to a sentencepiece model and report the new vocabulary size")
-    ext.add_argument("--model", required=True, help="input sentencepiece .model (e.g. Llama-2's tokenizer.model)")
-    ext.add_argument("--out", required=True, help="where to write the extended .model")
+    ext.add_argument("--model", required=True,
+                     help="input sentencepiece .model (e.g. Llama-2's tokenizer.model), or a tokenizer.json / HF directory")
+    ext.add_argument("--out", required=True, help="where to write the extended .model (for tokenizer.json: a directory)")
     ext.add_argument("--tokens", nargs="*", default=list(CHATML_TOKENS), help="pieces to add (default: the ChatML markers)")
     info = sub.add_parser("info", help="print vocabulary size and special ids")
-    info.add_argument("--model", default=None, help="sentencepiece .model (default: the shipped one)")
+    info.add_argument("--model", default=None, help="sentencepiece .model or tokenizer.json (default: the shipped one)")
     for p in (ap, ext, info):
         add_debug_flag(p)
     args = ap.parse_args(argv)
-    if args.cmd == "extend":
+    hf = args.model is not None and tokenizer_kind(args.model) == "hf"
+    if args.cmd == "extend" and hf:  # a tokenizer.json (HF directory): --out is the directory to write
+        from easylemur.tokenizer.hf import extend_hf
+
+        print(json.dumps(extend_hf(args.model, args.out, args.tokens)))
+    elif args.cmd == "extend":
         _cli_model(args.model)
         # sentencepiece turns spaces into "▁" before it matches pieces: one with a space never matches
         bad = [t for t in args.tokens if not t or any(c.isspace() for c in t)]
@@ -49,7 +57,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             raise TokenizerError(f"--out {args.out}: is a directory; expected the path of the .model file to write")
         print(json.dumps(extend_model(args.model, args.out, args.tokens)))
     else:
-        t = _cli_model(args.model)
+        t = load_tokenizer(args.model) if hf else _cli_model(args.model)
         print(json.dumps({"model": t.model_path, "vocab_size": t.vocab_size, "bos_id": t.bos_id,
                           "eos_id": t.eos_id, "pad_id": t.pad_id, "im_start_id": t.im_start_id,
                           "im_end_id": t.im_end_id}))

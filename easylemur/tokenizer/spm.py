@@ -89,6 +89,8 @@ class TokenizerError(InputError):
 class Tokenizer:
     """A sentencepiece model plus the ids the pipeline and generation need."""
 
+    kind = "spm"  # hf.HFTokenizer: "hf"
+
     def __init__(self, model_path: str, model_proto: bytes | None = None):
         self.model_path = str(model_path)
         if model_proto is None:
