@@ -545,9 +545,9 @@ def hf_copy(hf_model, tmp_path):
 
 
 def test_error_not_llama(hf_copy, tmp_path, capsys):
-    _edit_config(hf_copy, model_type="mistral")
+    _edit_config(hf_copy, model_type="gemma")
     rc, err = _run(["from-hf", "--hf", hf_copy, "--out", tmp_path / "ck"], capsys)
-    assert rc == 2 and "model_type" in err and "mistral" in err and "llama" in err
+    assert rc == 2 and "model_type" in err and "gemma" in err and "llama" in err
 
 
 @pytest.mark.parametrize("change, field, expected", [

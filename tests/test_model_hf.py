@@ -120,7 +120,7 @@ def test_blockwise_attention_equals_dense(tmp_path):
         ("mlp_bias", True, "mlp_bias"),
         ("hidden_act", "gelu", "hidden_act"),
         ("rope_scaling", {"rope_type": "yarn", "factor": 2.0}, "rope_type"),
-        ("model_type", "mistral", "model_type"),
+        ("model_type", "gemma", "model_type"),
     ],
 )
 def test_unsupported_config_names_field(tmp_path, field, value, needle):

@@ -1,4 +1,6 @@
-"""Hugging Face Llama directories: config mapping, tensor names and layouts, reading a directory.
+"""Hugging Face Llama-family directories: config mapping, tensor names and layouts, reading a directory.
+
+What each family (Llama, Qwen2, Mistral) adds or refuses is the table in `convert/families.py`.
 
 Every fact about HF's layout lives here (docs/design.md, "HF layout"): Linear weights are
 [out, in] and Flax kernels are their transpose, reshaped so heads are a dimension of their own.
@@ -21,6 +23,7 @@ import numpy as np
 
 from easylemur.errors import InputError
 from easylemur.model.llama import SUPPORTED_ROPE_TYPES, LlamaConfig
+from easylemur.convert.families import FAMILIES, family_of, known_fields
 from easylemur.convert.safetensors_io import TensorSource, file_tensors
 
 
@@ -111,13 +114,25 @@ def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaC
             fail(field, f"is {hf[field]!r}; expected a token id (an integer >= 0, or a list of them)")
         return v
 
-    if text("model_type", _REQUIRED, "'llama'") != "llama":
-        fail("model_type", f"is {hf['model_type']!r}; only 'llama' models are supported")
+    supported = ", ".join(repr(t) for t in FAMILIES)
+    family = family_of(text("model_type", _REQUIRED, f"one of {supported}"))
+    if family is None:
+        fail("model_type", f"is {hf['model_type']!r}; supported: {supported}")
+    known = known_fields(family)
+    for field in hf:
+        if field not in known:
+            fail(field, f"is not a field easylemur implements for model_type {family.model_type!r}; refusing it "
+                        "rather than build a possibly different model (remove it if it changes nothing)")
+    for field, want in family.fixed.items():
+        v, given = value(field, want, repr(want))
+        if given and v != want:
+            fail(field, f"is {v!r}; easylemur supports only {json.dumps(want)} for model_type {family.model_type!r}")
+    layer_types = hf.get("layer_types")
+    if layer_types is not None and (not isinstance(layer_types, list) or any(t != "full_attention" for t in layer_types)):
+        fail("layer_types", f"is {layer_types!r}; only full attention in every layer is supported")
+    sliding_window = integer("sliding_window", None) if family.reads_sliding_window else None
     if text("hidden_act", "silu") != "silu":
         fail("hidden_act", f"is {hf['hidden_act']!r}; only 'silu' (SwiGLU) is supported")
-    for name in ("attention_bias", "mlp_bias"):
-        if flag(name, False):
-            fail(name, "is true; Llama projections without biases are the only layout supported")
     if number("attention_dropout", 0.0) != 0.0:
         fail("attention_dropout", "is non-zero; not supported")
 
@@ -157,6 +172,9 @@ def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaC
         rope_scaling=rope_scaling,
         max_position_embeddings=integer("max_position_embeddings", 4096),
         tie_word_embeddings=flag("tie_word_embeddings", False),
+        family=family.model_type,
+        qkv_bias=family.qkv_bias,
+        sliding_window=sliding_window,
         bos_token_id=token_id("bos_token_id", 1),
         eos_token_id=token_id("eos_token_id", 2),
     )
@@ -179,9 +197,10 @@ def config_to_hf(cfg: LlamaConfig, eos_token_ids: list[int] | None = None, torch
         legacy_scaling = {**scaling, "rope_type": cfg.rope_type}
         legacy_scaling.setdefault("type", cfg.rope_type)
     eos = eos_token_ids or [cfg.eos_token_id]
+    family = FAMILIES[cfg.family]
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [family.architecture],
+        "model_type": family.model_type,
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,
@@ -195,14 +214,12 @@ def config_to_hf(cfg: LlamaConfig, eos_token_ids: list[int] | None = None, torch
         "rope_theta": cfg.rope_theta,
         "rope_scaling": legacy_scaling,
         "rope_parameters": rope_parameters,
-        "attention_bias": False,
-        "mlp_bias": False,
+        **family.export(cfg),
         "attention_dropout": 0.0,
         "tie_word_embeddings": cfg.tie_word_embeddings,
         "bos_token_id": cfg.bos_token_id,
         "eos_token_id": eos[0] if len(eos) == 1 else eos,
         "initializer_range": 0.02,
-        "pretraining_tp": 1,
         "use_cache": True,
         "torch_dtype": torch_dtype,
         "dtype": torch_dtype,
@@ -244,6 +261,11 @@ def _same():
     return (lambda w: w, lambda k: k)
 
 
+def _bias(out_dims: tuple) -> tuple[Callable, Callable]:
+    """HF [out] <-> Flax [*out_dims]."""
+    return (lambda b: np.ascontiguousarray(b).reshape(*out_dims), lambda b: np.ascontiguousarray(b).reshape(-1))
+
+
 def tensor_maps(cfg: LlamaConfig) -> list[TensorMap]:
     d, f, hd, H, KV, V = cfg.hidden_size, cfg.intermediate_size, cfg.hd, cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size
     maps = [TensorMap("model.embed_tokens.weight", ("embed_tokens", "embedding"), (V, d), *_same())]
@@ -257,6 +279,11 @@ def tensor_maps(cfg: LlamaConfig) -> list[TensorMap]:
                       *_linear((KV, hd), (d,))),
             TensorMap(f"{h}.self_attn.v_proj.weight", (p, "self_attn", "v_proj", "kernel"), (KV * hd, d),
                       *_linear((KV, hd), (d,))),
+        ]
+        if cfg.qkv_bias:
+            maps += [TensorMap(f"{h}.self_attn.{n}_proj.bias", (p, "self_attn", f"{n}_proj", "bias"), (heads * hd,),
+                               *_bias((heads, hd))) for n, heads in (("q", H), ("k", KV), ("v", KV))]
+        maps += [
             TensorMap(f"{h}.self_attn.o_proj.weight", (p, "self_attn", "o_proj", "kernel"), (d, H * hd), *_linear((d,), (H, hd))),
             TensorMap(f"{h}.mlp.gate_proj.weight", (p, "mlp", "gate_proj", "kernel"), (f, d), *_linear((f,), (d,))),
             TensorMap(f"{h}.mlp.up_proj.weight", (p, "mlp", "up_proj", "kernel"), (f, d), *_linear((f,), (d,))),
@@ -324,7 +351,7 @@ def check_hf_tensors(path: str | Path, sources: dict[str, TensorSource],
             continue  # some exporters write buffers or the tied head anyway
         m = maps.get(name)
         if m is None:
-            raise HFFormatError(f"{path}: unexpected tensor {name!r} for this Llama config")
+            raise HFFormatError(f"{path}: unexpected tensor {name!r} for this {cfg.family} config")
         if src.shape != m.hf_shape:
             raise HFFormatError(f"{path}: tensor {name} has shape {src.shape} but config.json implies {m.hf_shape}")
     missing = [n for n in maps if n not in sources]

@@ -1,4 +1,4 @@
-"""Flax Llama whose logits match transformers' LlamaForCausalLM.
+"""Flax Llama whose logits match transformers' LlamaForCausalLM (and its kin's: Qwen2, Mistral).
 
 Numerics follow HF exactly (docs/design.md, "Numerics"): RMSNorm in float32 as `w * x * rsqrt(mean(x²)+eps)`,
 half-split RoPE with HF's inv_freq (theta and rope_scaling honoured), SwiGLU, grouped-query
@@ -11,6 +11,7 @@ Parameter tree (kernels are [in, out...], HF's Linear weights transposed):
   layers_{i}/  (or layers/ with a leading [L] axis when scan_layers)
     input_layernorm/scale [d], post_attention_layernorm/scale [d]
     self_attn/{q_proj [d, H, hd], k_proj [d, KV, hd], v_proj [d, KV, hd], o_proj [H, hd, d]}/kernel
+    self_attn/{q_proj [H, hd], k_proj [KV, hd], v_proj [KV, hd]}/bias  (only when qkv_bias: Qwen2)
     mlp/{gate_proj [d, F], up_proj [d, F], down_proj [F, d]}/kernel
   norm/scale [d]
   lm_head/kernel [d, V]  (absent when tie_word_embeddings)
@@ -38,6 +39,7 @@ from easylemur.ops.matmul import low_precision_matmul
 from easylemur.sharding import ACCELERATED, RULES, constrain, platform
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+FAMILIES = ("llama", "qwen2", "mistral")  # convert/families.py maps each to its HF config
 REMAT_POLICIES = ("none", "full", "full_offload", "dots", "dots_no_batch", "save_attn_out")
 
 
@@ -57,6 +59,13 @@ class LlamaConfig:
     rope_scaling: Optional[tuple] = None
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
+    # the HF family the weights came from and go back to (convert/families.py): "llama",
+    # "qwen2" or "mistral"; the model reads only what it changes, the two fields below
+    family: str = "llama"
+    qkv_bias: bool = False  # biases on q/k/v_proj (Qwen2); o_proj and the MLP never have one
+    # HF's sliding_window (Mistral): None, or a window no row may exceed, so that it changes
+    # nothing; easylemur does not implement windowed attention (Llama refuses longer rows)
+    sliding_window: Optional[int] = None
     bos_token_id: int = 1
     eos_token_id: int = 2
     # compute / storage
@@ -100,6 +109,11 @@ class LlamaConfig:
             raise ValueError(
                 f"rope_scaling.rope_type={self.rope_type!r} is not supported; supported: {SUPPORTED_ROPE_TYPES}"
             )
+        if self.family not in FAMILIES:
+            raise ValueError(f"family={self.family!r} must be one of {', '.join(FAMILIES)}")
+        if self.sliding_window is not None and (isinstance(self.sliding_window, bool) or not isinstance(
+                self.sliding_window, int) or self.sliding_window < 1):
+            raise ValueError(f"sliding_window={self.sliding_window!r} must be a positive integer or None")
         if self.hd % 2:
             raise ValueError(f"head_dim={self.hd} must be even for RoPE")
         if self.remat not in REMAT_POLICIES:
@@ -117,12 +131,15 @@ class LlamaConfig:
     def num_params(self, include_embedding: bool = True) -> int:
         d, f, hd = self.hidden_size, self.intermediate_size, self.hd
         attn = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads)
-        per_layer = attn + 3 * d * f + 2 * d
+        per_layer = attn + 3 * d * f + 2 * d + (hd * (self.num_heads + 2 * self.num_kv_heads) if self.qkv_bias else 0)
         total = self.num_layers * per_layer + d
         if include_embedding:
             total += self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
         return total
 
+
+_LLAMA32_ROPE = (("factor", 32.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
+                 ("original_max_position_embeddings", 8192), ("rope_type", "llama3"))
 
 PRESETS: dict[str, LlamaConfig] = {
     # vocab 4096 is the shipped tokenizer's size; models built on other tokenizers override it.
@@ -136,6 +153,24 @@ PRESETS: dict[str, LlamaConfig] = {
     "llama3_8b": LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
                          num_heads=32, num_kv_heads=8, rope_theta=5e5, max_position_embeddings=8192,
                          rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001),
+    "llama3_70b": LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_layers=80,
+                          num_heads=64, num_kv_heads=8, rope_theta=5e5, max_position_embeddings=8192,
+                          rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001),
+    # Llama-3.2: llama3 RoPE scaling (factor 32) and the head tied to the embedding
+    **{name: LlamaConfig(vocab_size=128256, hidden_size=d, intermediate_size=8192, num_layers=n, num_heads=h,
+                         num_kv_heads=8, rope_theta=5e5, max_position_embeddings=131072,
+                         rope_scaling=_LLAMA32_ROPE, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                         bos_token_id=128000, eos_token_id=128001)
+       for name, d, n, h in (("llama3.2_1b", 2048, 16, 32), ("llama3.2_3b", 3072, 28, 24))},
+    # Qwen2.5-Coder: q/k/v biases, theta 1e6; the three small ones tie the head
+    **{f"qwen2.5_coder_{name}": LlamaConfig(
+        vocab_size=151936 if tied else 152064, hidden_size=d, intermediate_size=f, num_layers=n, num_heads=h,
+        num_kv_heads=kv, rope_theta=1e6, max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=tied,
+        family="qwen2", qkv_bias=True, bos_token_id=151643, eos_token_id=151643)
+       for name, d, f, n, h, kv, tied in (
+           ("0.5b", 896, 4864, 24, 14, 2, True), ("1.5b", 1536, 8960, 28, 12, 2, True),
+           ("3b", 2048, 11008, 36, 16, 2, True), ("7b", 3584, 18944, 28, 28, 4, False),
+           ("14b", 5120, 13824, 48, 40, 8, False), ("32b", 5120, 27648, 64, 40, 8, False))},
 }
 
 
@@ -239,7 +274,8 @@ class RMSNorm(nn.Module):
 
 
 class Dense(nn.Module):
-    """A bias-free projection with a [in..., out...] kernel and logical axis names."""
+    """A projection with a [in..., out...] kernel and logical axis names; bias-free unless
+    `use_bias` (a [out...] bias, added in float32 before the cast to out_dtype)."""
 
     features: tuple
     logical: tuple
@@ -251,33 +287,44 @@ class Dense(nn.Module):
     weight_grad_dtype: Any = jnp.float32
     # the weight gradient through a transposed copy of x (see `low_precision_matmul`): CPU only
     transpose_for_cpu: bool = False
+    use_bias: bool = False
 
     @nn.compact
     def __call__(self, x):
         in_shape = x.shape[-self.contract:]
         kernel = self.param("kernel", _init(self.logical), tuple(in_shape) + tuple(self.features), self.param_dtype)
+        bias = None
+        if self.use_bias:
+            bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                   self.logical[-len(self.features):]),
+                              tuple(self.features), self.param_dtype)
         out_dtype = self.out_dtype or self.dtype
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
         if jnp.dtype(self.dtype) == jnp.float32:
             lhs = tuple(range(x.ndim - self.contract, x.ndim))
             rhs = tuple(range(self.contract))
             y = jax.lax.dot_general(x, kernel, ((lhs, rhs), ((), ())), preferred_element_type=jnp.float32)
+            if bias is not None:
+                y = y + bias.astype(jnp.float32)
             return y.astype(out_dtype)
         lead, n_in = x.shape[: x.ndim - self.contract], math.prod(in_shape)
         y = low_precision_matmul(x.reshape(-1, n_in), kernel.reshape(n_in, -1), jnp.dtype(out_dtype),
                                  jnp.dtype(self.weight_grad_dtype), self.transpose_for_cpu)
-        return y.reshape(*lead, *self.features)
+        y = y.reshape(*lead, *self.features)
+        if bias is not None:
+            y = (y.astype(jnp.float32) + bias.astype(jnp.float32)).astype(jnp.dtype(out_dtype))
+        return y
 
 
 def _dense(cfg: LlamaConfig, mesh: Optional[Mesh], features: tuple, logical: tuple, name: str, contract: int = 1,
-           out_dtype=None) -> Dense:
+           out_dtype=None, use_bias: bool = False) -> Dense:
     """A Dense in cfg's compute and parameter dtypes (a submodule of the module calling it),
     writing weight gradients in the compute dtype when the mesh is on TPU or GPU."""
     accelerated = mesh is not None and platform(mesh) in ACCELERATED
     grad_dtype = jnp.dtype(cfg.dtype) if accelerated else jnp.float32
     on_cpu = platform(mesh) == "cpu"
     return Dense(features, logical, contract, jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype), out_dtype,
-                 grad_dtype, on_cpu, name=name)
+                 grad_dtype, on_cpu, use_bias, name=name)
 
 
 class Attention(nn.Module):
@@ -291,9 +338,10 @@ class Attention(nn.Module):
     def __call__(self, x, cos, sin, segment_ids, cache=None):
         cfg = self.cfg
         H, KV, hd = cfg.num_heads, cfg.num_kv_heads, cfg.hd
-        q = _dense(cfg, self.mesh, (H, hd), ("embed", "heads", "head_dim"), "q_proj")(x)
-        k = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "k_proj")(x)
-        v = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "v_proj")(x)
+        b = cfg.qkv_bias
+        q = _dense(cfg, self.mesh, (H, hd), ("embed", "heads", "head_dim"), "q_proj", use_bias=b)(x)
+        k = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "k_proj", use_bias=b)(x)
+        v = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "v_proj", use_bias=b)(x)
         q = constrain(apply_rope(q, cos, sin), ("batch", "length", "act_heads", None), self.mesh)
         k = constrain(apply_rope(k, cos, sin), ("batch", "length", "act_kv_heads", None), self.mesh)
         v = constrain(v, ("batch", "length", "act_kv_heads", None), self.mesh)
@@ -394,6 +442,12 @@ class Llama(nn.Module):
         cfg = self.cfg
         dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         B, T = input_ids.shape
+        if cfg.sliding_window is not None:
+            span = T if cache is None else cache[0]["k"].shape[2]
+            if span > cfg.sliding_window:
+                raise ValueError(f"sliding_window={cfg.sliding_window} is shorter than this row ({span} tokens); "
+                                 "easylemur does not implement sliding-window attention: use rows of at most "
+                                 f"{cfg.sliding_window} tokens")
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         if segment_ids is None:

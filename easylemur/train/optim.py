@@ -28,11 +28,11 @@ def schedule(opt: ConfigDict, total_steps: int) -> optax.Schedule:
 
 def decay_mask(params: Any, decay_embeddings: bool = True) -> Any:
     """True where weight decay applies: matrices, optionally not the embedding/LM head; never
-    norm scales (1-D, or stacked 2-D under scan: identified by name, not rank)."""
+    norm scales (1-D, or stacked 2-D under scan: identified by name, not rank) nor biases (Qwen2's q/k/v)."""
 
     def decide(path, _):
         names = [getattr(k, "key", getattr(k, "name", "")) for k in path]
-        if any(str(n).endswith("norm") or str(n) == "norm" for n in names):
+        if any(str(n).endswith("norm") or str(n) == "norm" for n in names) or names[-1] == "bias":
             return False
         if not decay_embeddings and any(n in ("embed_tokens", "lm_head") for n in names):
             return False

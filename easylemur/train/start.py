@@ -29,6 +29,7 @@ from easylemur.convert.weights import load_weights
 from easylemur.model.llama import LlamaConfig, init_params
 from easylemur.sharding import all_processes_agree, sync_processes
 from easylemur.train.step import TrainStep, build_train_step
+from easylemur.tokenizer import load_tokenizer
 from easylemur.tokenizer.spm import Tokenizer
 from easylemur.model.vocab import extend_vocab
 
@@ -36,7 +37,7 @@ from easylemur.model.vocab import extend_vocab
 # even when the architecture comes from init.from or a resumed checkpoint.
 COMPUTE_FIELDS = ("dtype", "param_dtype", "scan_layers", "remat", "attention", "attn_block_size")
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                "head_dim", "tie_word_embeddings")
+                "head_dim", "tie_word_embeddings", "family", "qkv_bias")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +101,8 @@ def resolve_run(cfg: ConfigDict, resume: Optional[model_meta.ModelCheckpoint] = 
         run = model_config(cfg)
         kept = ("param_dtype", "scan_layers")
         model_cfg = dataclasses.replace(saved, **{k: getattr(run, k) for k in COMPUTE_FIELDS if k not in kept})
-        return RunSpec(Tokenizer.load(resume.tokenizer_path()), model_cfg, model_cfg, resume=resume)
+        _check_sliding_window(cfg, model_cfg)
+        return RunSpec(load_tokenizer(resume.tokenizer_path()), model_cfg, model_cfg, resume=resume)
     source = read_source(cfg.init["from"])
     tokenizer = source_tokenizer(cfg, source)
     source_cfg = None if source is None else _source_model_config(source)
@@ -113,7 +115,17 @@ def resolve_run(cfg: ConfigDict, resume: Optional[model_meta.ModelCheckpoint] = 
                 f"{start.vocab_size}; set train.extend_vocab=True to grow the embeddings"
             )
         model_cfg = dataclasses.replace(start, vocab_size=tokenizer.vocab_size)
+    _check_sliding_window(cfg, model_cfg)
     return RunSpec(tokenizer, model_cfg, start, source=source, source_cfg=source_cfg)
+
+
+def _check_sliding_window(cfg: ConfigDict, model_cfg: LlamaConfig) -> None:
+    """A Mistral window shorter than the rows would change the model: easylemur does not
+    implement windowed attention (docs/design.md, "HF layout")."""
+    window = model_cfg.sliding_window
+    if window is not None and cfg.data.seq_len > window:
+        raise ConfigError(f"data.seq_len={cfg.data.seq_len} is longer than the model's sliding_window={window}; "
+                          f"easylemur does not implement sliding-window attention: use data.seq_len <= {window}")
 
 
 def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
