@@ -10,7 +10,8 @@ Layout of a workdir's `checkpoints/<step>/`:
               or null) and its sha256, tokenizer_config (a tokenizer.json's tokenizer_config.json),
               checksums (a fingerprint per array, added by `store.save`); a run's also rng,
               data_state (every data shard's iterator state, its per-source token counters
-              included), nan_skips and the run config; from-hf's: source
+              included), nan_skips and the run config; from-hf's: source and stop_ids (every id
+              decoding stops on, convert.hf.stop_ids; older checkpoints lack it)
 (docs/design.md, "Checkpoint layout").
 """
 
@@ -126,6 +127,12 @@ class ModelCheckpoint(Saved):
     @property
     def model_config(self) -> LlamaConfig:
         return model_config_from_json(self.meta["model"])
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """The stop ids the checkpoint declares (from-hf: generation_config.json's eos_token_id
+        and the tokenizer's); [] in checkpoints written before the key existed."""
+        return [int(i) for i in self.meta.get("stop_ids") or []]
 
     def tokenizer_path(self) -> Optional[Path]:
         """The embedded tokenizer as a file (a sentencepiece model, or a tokenizer.json with its

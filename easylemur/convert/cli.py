@@ -436,6 +436,7 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
     if _inside(hf_dir, final / "checkpoints"):
         raise ConvertError(f"--hf {hf_dir} lies inside {final / 'checkpoints'}, which --out {out} would replace")
     cfg = hf.read_hf_config(hf_dir)
+    declared = hf.declared_eos_ids(hf_dir)
     pairs = hf.check_hf_tensors(hf_dir, hf.index_hf_tensors(hf_dir), cfg)
     store = _store_dtype(param_dtype, pairs)
 
@@ -464,8 +465,9 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
             # the tokenizer (some checkpoints are) has rows for them.
             vocab_size = max(cfg.vocab_size, int(report["vocab_size"]))
             log(f"ChatML tokens {report['added'] or '(already present)'}; vocabulary {cfg.vocab_size} -> {vocab_size}")
-        if tok_path is not None:
-            n_tok = load_tokenizer(tok_path).vocab_size
+        tok = load_tokenizer(tok_path) if tok_path is not None else None
+        if tok is not None:
+            n_tok = tok.vocab_size
             if n_tok > vocab_size:
                 raise ConvertError(f"tokenizer {tok_path} has {n_tok} pieces but the model only {vocab_size} "
                                    "embedding rows; ids past the embedding would be out of range")
@@ -487,7 +489,8 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
             shape = hf.get_path(shapes, m.path).shape
             hf.set_path(tree, m.path, LazyArray(shape, store, load))
 
-        meta = model_meta.make_meta(0, out_cfg, tok_path, source={
+        stops = hf.stop_ids(out_cfg.eos_token_id, tok, declared)  # generate and to-hf read them back
+        meta = model_meta.make_meta(0, out_cfg, tok_path, stop_ids=stops, source={
             "converted_from": "hf", "hf_dir": str(hf_dir.absolute()), "hf_vocab_size": cfg.vocab_size})
         step_dir = save_streaming(out, tree, meta, overwrite=overwrite, log=log)
     return step_dir
@@ -605,14 +608,14 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
     staged = _staging_dir(final)
     try:
         index = write_sharded_safetensors(staged, items, max_bytes)
-        eos_ids = [cfg.eos_token_id]
+        # every stop id: EOS, <|im_end|> (chat models end a turn with it, never EOS), <|eot_id|>,
+        # and the ids the checkpoint carries from its source's generation_config.json
+        eos_ids = hf.stop_ids(cfg.eos_token_id, tok, reader.saved.stop_ids)
         pad_id = None
         if tok is not None:
             if tok.vocab_size > cfg.vocab_size:
                 log(f"warning: tokenizer has {tok.vocab_size} pieces, the model {cfg.vocab_size} rows")
             tok.save_hf(staged)
-            if tok.has_chatml:
-                eos_ids.append(tok.im_end_id)  # chat models end a turn with <|im_end|>, never EOS
             pad_id = tok.pad_id
         else:
             log("note: the checkpoint carries no tokenizer; none written")

@@ -236,6 +236,46 @@ def generation_config(cfg: LlamaConfig, eos_token_ids: list[int], pad_token_id: 
     return out
 
 
+EOT_TOKEN = "<|eot_id|>"  # Llama-3 Instruct ends a turn with it, not with EOS
+
+
+def declared_eos_ids(path: str | Path) -> list[int]:
+    """The ids an HF directory's generation_config.json lists as `eos_token_id` (an id or a
+    list of ids; Llama-3 Instruct: [128001, 128008, 128009]); [] without the file or the key."""
+    file = Path(path) / "generation_config.json"
+    if not file.is_file():
+        return []
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise HFFormatError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except UnicodeDecodeError as e:
+        raise HFFormatError(f"{file}: not UTF-8 text (byte {e.start}); expected a JSON config") from None
+    eos = data.get("eos_token_id") if isinstance(data, dict) else None
+    ids = [] if eos is None else eos if isinstance(eos, list) else [eos]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise HFFormatError(f"{file}: eos_token_id {eos!r} must be a token id or a list of token ids")
+    return list(ids)
+
+
+def stop_ids(eos_token_id: int | None, tokenizer: Any = None, declared: Any = ()) -> list[int]:
+    """Every id decoding stops on, the one owner of that set (generate, eval, from-hf, to-hf):
+    the model's EOS, the tokenizer's EOS, <|im_end|> when the tokenizer has ChatML (chat models
+    never train EOS), <|eot_id|> when it has that token (Llama-3 Instruct), and the `declared`
+    ids (generation_config.json's eos_token_id, which a checkpoint carries as meta `stop_ids`).
+    The model's EOS first, as HF configs list it, then the rest ascending."""
+    rest = {int(i) for i in declared}
+    if tokenizer is not None:
+        rest.add(tokenizer.eos_id)
+        if tokenizer.im_end_id is not None:
+            rest.add(tokenizer.im_end_id)
+        eot = tokenizer.piece_to_id(EOT_TOKEN)  # sentencepiece answers unk for a piece it lacks
+        if eot is not None and tokenizer.id_to_piece(eot) == EOT_TOKEN:
+            rest.add(eot)
+    first = [eos_token_id] if eos_token_id is not None and eos_token_id >= 0 else []
+    return first + sorted(i for i in rest if i is not None and i >= 0 and i not in first)
+
+
 # ----------------------------------------------------------------------------- tensor layout
 
 

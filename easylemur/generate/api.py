@@ -26,6 +26,8 @@ class LoadedModel:
     tokenizer: Optional[Any] = None
     path: str = ""
     mesh: Optional[Mesh] = None
+    # stop ids the source declares: an HF dir's generation_config.json eos_token_id, a checkpoint's meta stop_ids
+    declared_stop_ids: Sequence[int] = ()
 
     def __post_init__(self):
         if self.config.scan_layers:
@@ -55,13 +57,10 @@ class LoadedModel:
         return self._forward(self.params, ids, pos, seg)
 
     def default_stop_ids(self) -> list[int]:
-        """EOS and, when the tokenizer has ChatML, <|im_end|> (chat models never train EOS)."""
-        stops = {self.config.eos_token_id}
-        if self.tokenizer is not None:
-            stops.add(self.tokenizer.eos_id)
-            if self.tokenizer.im_end_id is not None:
-                stops.add(self.tokenizer.im_end_id)
-        return sorted(s for s in stops if s is not None and s >= 0)
+        """Every id the model declares as an end (`convert.hf.stop_ids`): EOS, <|im_end|> when
+        the tokenizer has ChatML (chat models never train EOS), <|eot_id|> when it has that
+        token, and the source's declared ids (generation_config.json's eos_token_id)."""
+        return hf.stop_ids(self.config.eos_token_id, self.tokenizer, self.declared_stop_ids)
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | Sequence[int] = 0,
@@ -69,7 +68,7 @@ class LoadedModel:
         """Decodes a batch of prompts (lists of token ids, any lengths) in one compiled loop;
         returns each prompt's new ids, without the stop id that ended it.
 
-        `stop_ids`: None stops on EOS and <|im_end|> (`default_stop_ids`); a list stops on
+        `stop_ids`: None stops on every id the model declares (`default_stop_ids`); a list stops on
         exactly those ids ([] never stops early). temperature 0 is greedy; top_k 0 and top_p 1
         filter nothing. See `easylemur.generate.Decoder.generate` for `seed` and `on_token`."""
         stops = self.default_stop_ids() if stop_ids is None else list(stop_ids)
@@ -159,9 +158,11 @@ def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "floa
     mesh = _mesh(mesh)
     if hf.is_hf_dir(path):
         source, cfg, tokenizer = path, hf.read_hf_config(path, **overrides), _maybe_tokenizer(path)
+        declared = hf.declared_eos_ids(path)
     else:
         source = model_meta.read_meta(path, step)
         cfg = dataclasses.replace(source.model_config, **overrides)
+        declared = source.stop_ids  # [] in checkpoints older than the key: EOS and <|im_end|> as before
         tok_path = source.tokenizer_path()
         tokenizer = None
         if tok_path is not None:
@@ -172,7 +173,7 @@ def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "floa
     # shards and unstacked on device
     cfg = dataclasses.replace(cfg, scan_layers=False)
     params = load_weights(source, cfg, mesh if mesh is not None else one_device_mesh())
-    return LoadedModel(cfg, params, tokenizer, str(path), mesh)
+    return LoadedModel(cfg, params, tokenizer, str(path), mesh, declared)
 
 
 def _maybe_tokenizer(path: Path):

@@ -15,7 +15,8 @@ How it decodes (docs/design.md, "Decoding and evaluation"):
   the batch axes; the same program runs sharded.
 
 Chat prompts are rendered by the one ChatML renderer (easylemur.data.chat.render_prompt), and
-decoding stops at <|im_end|> as well as EOS: Lemur-style chat models never train EOS.
+decoding stops at every id the model declares (convert.hf.stop_ids): EOS, <|im_end|> (Lemur-style
+chat models never train EOS), <|eot_id|> and generation_config.json's eos_token_id list.
 """
 
 from __future__ import annotations
