@@ -3,6 +3,7 @@ with a locally built byte-level BPE tokenizer.json and no BOS. `convert from-hf`
 steps -> `convert to-hf` -> transformers loads the export: AutoTokenizer gives easylemur's ids,
 and the logits equal easylemur's."""
 
+import json
 import subprocess
 import sys
 
@@ -28,6 +29,8 @@ def test_qwen_style_directory_trains_and_exports_to_what_transformers_reads(tmp_
     model = make_kin("Qwen2", rope_theta=1e6, vocab_size=tok.vocab_size, eos_token_id=tok.eos_id,
                      tie_word_embeddings=True)
     model.save_pretrained(hf_dir)
+    gen = json.loads((hf_dir / "generation_config.json").read_text())
+    (hf_dir / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [tok.eos_id, 5]}))
     assert convert.main(["from-hf", "--hf", str(hf_dir), "--out", str(tmp_path / "ck")]) == 0
 
     run = tmp_path / "run"
@@ -39,6 +42,8 @@ def test_qwen_style_directory_trains_and_exports_to_what_transformers_reads(tmp_
     assert p.returncode == 0, p.stderr[-3000:]
     assert convert.main(["to-hf", "--checkpoint", str(run), "--out", str(tmp_path / "out"), "--dtype", "float32"]) == 0
 
+    # the stop ids the source declared survive training into the export
+    assert 5 in json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"]
     # the export's tokenizer is the source's, read by transformers as easylemur reads it
     auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out"))
     ours = load_tokenizer(tmp_path / "out")

@@ -113,10 +113,13 @@ def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | No
 
 
 def save_run(mngr: ocp.CheckpointManager, step: int, state: dict, model_cfg: LlamaConfig, tokenizer_path: str | Path,
-             *, data_state: dict, nan_skips: int, config: dict, force: bool = False) -> bool:
-    """A training checkpoint: params, optimizer state, and the meta a resume needs."""
+             *, data_state: dict, nan_skips: int, config: dict, force: bool = False,
+             stop_ids: list[int] | None = None) -> bool:
+    """A training checkpoint: params, optimizer state, and the meta a resume needs (and the
+    stop ids init.from declared, when it declared any)."""
+    extra = {"stop_ids": [int(i) for i in stop_ids]} if stop_ids else {}
     meta = make_meta(step, model_cfg, tokenizer_path, rng={"seed": config.get("seed", 0)}, data_state=data_state,
-                     nan_skips=nan_skips, config=config)
+                     nan_skips=nan_skips, config=config, **extra)
     return save(mngr, step, state["params"], meta, state["opt_state"], force=force)
 
 

@@ -63,6 +63,9 @@ class Run:
     start_step: int
     data_state: Optional[dict]  # the data iterator state to resume from, None when fresh
     nan_skips: int
+    # the stop ids the model declares (init.from's generation_config.json or checkpoint meta),
+    # carried into every checkpoint so that generate and to-hf stop where the source model did
+    stop_ids: list[int] = dataclasses.field(default_factory=list)
 
 
 def resolve_model_config(cfg: ConfigDict, tokenizer: Tokenizer, source: Any = None,
@@ -165,7 +168,7 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
               flush=True)
         say_changed_settings(cfg, resume, spec.model_cfg)
         return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, step,
-                   resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)))
+                   resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)), resume.stop_ids)
     if skipped:
         raise store.CheckpointError(
             f"{mngr.directory}: no checkpoint restores ({'; '.join(skipped)}); the damaged steps were moved "
@@ -180,7 +183,17 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
         print(f"vocabulary grown from {spec.start_cfg.vocab_size} to {spec.model_cfg.vocab_size} (ChatML tokens)",
               flush=True)
     opt_state = jax.jit(ts.tx.init, out_shardings=ts.state_shardings["opt_state"])(params)
-    return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0)
+    return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0,
+               _source_stop_ids(spec.source))
+
+
+def _source_stop_ids(source: Any) -> list[int]:
+    """init.from's declared stop ids: an HF directory's generation_config.json, a checkpoint's meta."""
+    if source is None:
+        return []
+    if isinstance(source, str):
+        return hf.declared_eos_ids(source)
+    return list(getattr(source, "stop_ids", []))
 
 
 def check_resumed_architecture(cfg: ConfigDict, saved: LlamaConfig, step: int) -> None:
