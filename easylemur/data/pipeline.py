@@ -98,11 +98,9 @@ def source_rows(
     the source's reader opened before (by an earlier call for the same source)."""
     try:
         kind = scfg["kind"] if scfg["kind"] != "auto" else detect_kind(scfg["path"])
-        if reader is not None:
-            pass
-        elif kind == "tokens":  # tokenized already: documents come out of the store as Tokenize made them
+        if reader is None and kind == "tokens":  # tokenized already: documents as Tokenize made them
             reader = open_store_source(scfg, name, tokenizer, seq_len)
-        else:
+        elif reader is None:
             reader = open_source({**scfg, "kind": kind})
     except DataError as e:
         raise DataError(f"source '{name}': {e}") from None
