@@ -28,6 +28,13 @@ def _wait_for(predicate, proc, what: str, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
+def _read(path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def _descendants(pid: int) -> list[int]:
     """Every process below `pid` (from /proc: children of children too)."""
     parents: dict[int, list[int]] = {}
@@ -100,7 +107,9 @@ def test_sigterm_saves_exits_cleanly_and_resumes_bit_exact(tmp_path, reference_r
     proc = subprocess.Popen(cmd(w, REFERENCE + ["data.prefetch=2"]), cwd=ROOT, env=env(1), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: (w / "checkpoints" / "6").is_dir(), proc, "its first checkpoint")
-    time.sleep(0.5)  # mid-way between two checkpoints
+    # past the first checkpoint, and signalled at once: on an idle machine the small model's
+    # remaining steps take well under a second, so a fixed sleep could outlast the run
+    _wait_for(lambda: '"step": 8,' in _read(w / "metrics.jsonl"), proc, "step 8")
     children = _descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
