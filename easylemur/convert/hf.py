@@ -245,12 +245,7 @@ def declared_eos_ids(path: str | Path) -> list[int]:
     file = Path(path) / "generation_config.json"
     if not file.is_file():
         return []
-    try:
-        data = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise HFFormatError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except UnicodeDecodeError as e:
-        raise HFFormatError(f"{file}: not UTF-8 text (byte {e.start}); expected a JSON config") from None
+    data = _read_json(file)
     eos = data.get("eos_token_id") if isinstance(data, dict) else None
     ids = [] if eos is None else eos if isinstance(eos, list) else [eos]
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
@@ -405,13 +400,17 @@ def read_hf_config(path: str | Path, **overrides) -> LlamaConfig:
     file = path / "config.json"
     if not file.is_file():
         raise HFFormatError(f"{path}: no config.json")
+    return config_from_hf(_read_json(file), source=str(file), **overrides)
+
+
+def _read_json(file: Path) -> Any:
+    """A JSON config file of an HF directory; not JSON or not UTF-8 is an HFFormatError naming it."""
     try:
-        data = json.loads(file.read_text())
+        return json.loads(file.read_text())
     except json.JSONDecodeError as e:
         raise HFFormatError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except UnicodeDecodeError as e:
         raise HFFormatError(f"{file}: not UTF-8 text (byte {e.start}); expected a JSON config") from None
-    return config_from_hf(data, source=str(file), **overrides)
 
 
 def load_hf_params(path: str | Path, cfg: LlamaConfig, dtype=np.float32) -> dict:

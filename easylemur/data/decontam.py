@@ -66,18 +66,19 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(_COMMENT.sub("", text.lower()))
 
 
+def _token_id(t: str) -> int:
+    """A word's stable 64-bit hash (blake2b), memoized while the memo is under its cap (a pure
+    function: sharing it between threads and Benchmarks is safe; it never shrinks under a reader)."""
+    v = _TOKEN_IDS.get(t)
+    if v is None:
+        v = int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+        if len(_TOKEN_IDS) < _MAX_CACHED_TOKENS:
+            _TOKEN_IDS[t] = v
+    return v
+
+
 def _token_ids(toks: list[str]) -> np.ndarray:
-    ids = _TOKEN_IDS
-    try:
-        return np.array([ids[t] for t in toks], dtype=np.uint64)
-    except KeyError:
-        if len(ids) > _MAX_CACHED_TOKENS:
-            ids.clear()
-        for t in toks:
-            if t not in ids:
-                ids[t] = int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                                        "little")
-        return np.array([ids[t] for t in toks], dtype=np.uint64)
+    return np.array([_token_id(t) for t in toks], dtype=np.uint64)
 
 
 def gram_hashes(ids: np.ndarray, k: int) -> np.ndarray:
