@@ -14,6 +14,7 @@ setup(
         "grain>=0.2.10",
         "sentencepiece>=0.2.0",
         "tokenizers>=0.21",  # tokenizer.json (Llama-3, Qwen2.5): easylemur/tokenizer/hf.py
+        "jinja2>=3.1",  # chat_format: model renders the tokenizer's chat_template: easylemur/data/chat_template.py
         "datasets>=3.0",
         "ml_collections>=1.0",
         "safetensors>=0.4",

@@ -37,11 +37,14 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # tokenize` (a directory or bucket prefix holding manifest.json): big corpora go there first
     "path": "",
     "weight": 1.0,  # mixing weight (> 0); a source's share of rows equals its share of the weights
-    "format": "text",  # "text" (pre-training documents) or "chat" (conversations rendered in ChatML)
+    "format": "text",  # "text" (pre-training documents) or "chat" (conversations, rendered per chat_format)
     # text: the record field holding the document ("" = "text"); chat: the field holding the
     # message list ("" = detect OpenAI `messages`, ShareGPT `conversations`, OpenOrca
     # `system_prompt`/`question`/`response`)
     "field": "",
+    # chat: "chatml" (easylemur's ChatML, data/chat.py) or "model" (the tokenizer's own
+    # tokenizer_config.json chat_template, e.g. Llama-3's or Qwen2.5's; data/chat_template.py)
+    "chat_format": "chatml",
     "kind": "auto",  # "auto" (from path) or one of KINDS
     "split": "train",  # split for HF / TFDS datasets
     "hf_config": "",  # config name for hub datasets ("" = none)
@@ -51,6 +54,7 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     "store_source": "",
 }
 FORMATS = ("text", "chat")
+CHAT_FORMATS = ("chatml", "model")
 KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds", "tokens")
 
 
@@ -242,6 +246,8 @@ def _check_source_values(sources: Any, prefix: str) -> None:
             raise ConfigError(f"config key '{key}.weight' must be a positive number, got {w!r}")
         if scfg["format"] not in FORMATS:
             raise ConfigError(f"config key '{key}.format' must be 'text' or 'chat', got {scfg['format']!r}")
+        if scfg["chat_format"] not in CHAT_FORMATS:
+            raise ConfigError(f"config key '{key}.chat_format' must be 'chatml' or 'model', got {scfg['chat_format']!r}")
         if scfg["kind"] not in KINDS:
             raise ConfigError(f"config key '{key}.kind' must be one of {', '.join(KINDS)}, got {scfg['kind']!r}")
         for k in ("field", "split", "hf_config", "data_dir", "store_source"):

@@ -41,6 +41,7 @@ from easylemur.data.readers import (
     open_source,
     resolve_files,
 )
+from easylemur.data.chat_template import template_sha256
 from easylemur.data.decontam import document_text
 from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
 from easylemur.data.store import (
@@ -210,13 +211,27 @@ def build_settings(scfg: Mapping[str, Any], tokenizer: Tokenizer, seq_len: int, 
            "decontaminated": None if against is None else against.fingerprint}
     if scfg["format"] == "chat":
         out["seq_len"] = seq_len
+        # a conversation's ids and mask depend on how it was rendered: ChatML, or the tokenizer's
+        # own template (whose text tokenizer_sha256, of tokenizer.json, does not cover)
+        out["chat_format"] = scfg["chat_format"]
+        if scfg["chat_format"] == "model":
+            out["chat_template_sha256"] = template_sha256(tokenizer)
     return out
+
+
+def _settings_of(marker: Mapping[str, Any]) -> dict[str, Any]:
+    """A marker's settings; one written before chat_format existed rendered ChatML."""
+    settings = dict(marker.get("settings") or {})
+    if settings.get("format") == "chat":
+        settings.setdefault("chat_format", "chatml")
+    return settings
 
 
 def tokenize_unit(unit: Unit, scfg: Mapping[str, Any], tokenizer: Tokenizer, seq_len: int, strict: bool,
                   storage: Storage, against: Any = None) -> dict[str, Any]:
     """Tokenizes one unit into the store and returns its commit marker (also written)."""
-    tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, unit.source)
+    tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, unit.source,
+                        scfg["chat_format"])
     dtype = token_dtype(tokenizer.vocab_size)
     chat = scfg["format"] == "chat"
     outs = {"ids": _Out(storage, storage.path(unit.source, f"{unit.name}.ids"))}
@@ -308,8 +323,8 @@ def _marker_problem(storage: Storage, unit: Unit, settings: dict[str, Any]) -> t
                         f"not {unit.path}; tokenize this corpus into another --out (or another source name)")
     if marker.get("input") != unit.input():
         return None, f"made from {marker.get('input')}, the input now is {unit.input()}"
-    if marker.get("settings") != settings:
-        diff = sorted(k for k in settings if marker.get("settings", {}).get(k) != settings[k])
+    if _settings_of(marker) != settings:
+        diff = sorted(k for k in settings if _settings_of(marker).get(k) != settings[k])
         return None, f"built with other settings ({', '.join(diff)})"
     for key, meta in marker["files"].items():
         f = storage.path(unit.source, f"{unit.name}.{key}")

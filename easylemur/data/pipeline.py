@@ -102,9 +102,14 @@ def source_rows(
             reader = open_store_source(scfg, name, tokenizer, seq_len)
         elif reader is None:
             reader = open_source({**scfg, "kind": kind})
-    except DataError as e:
-        raise DataError(f"source '{name}': {e}") from None
-    tokenize = _doc_of if kind == "tokens" else Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, name)
+    except DataError as e:  # a token store's checks name the source already
+        msg = str(e)
+        raise DataError(msg if msg.startswith(f"source '{name}'") else f"source '{name}': {msg}") from None
+
+    def stage(fail_fast: bool) -> Tokenize:  # raises here, early, for a chat_format the tokenizer cannot render
+        return Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, fail_fast, name, scfg["chat_format"])
+
+    tokenize = _doc_of if kind == "tokens" else stage(strict)
     if isinstance(reader, StreamSpec):
         docs = StreamIterDataset(reader, process_index, process_count, source_seed(seed, name) if shuffle else None)
         docs = docs.map(tokenize)
@@ -119,8 +124,7 @@ def source_rows(
                 f"{process_count}; it needs at least {process_count} records"
             )
         if kind != "tokens":  # a store holds usable documents only
-            probe_source(records, Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name), name,
-                         scfg["path"])
+            probe_source(records, stage(False), name, scfg["path"])
         share = len(records)
         if shuffle:
             records = records.shuffle(seed=source_seed(seed, name))

@@ -203,8 +203,9 @@ def _store_stats(st: SourceStats, scfg: dict, tokenizer: Tokenizer, seq_len: int
     """A token store source's counts, from its manifest (checked against the run like training)."""
     try:
         man, src = store_entry(scfg, st.name, tokenizer, seq_len)
-    except DataError as e:
-        raise DataError(f"source '{st.name}': {e}") from None
+    except DataError as e:  # store_entry's checks name the source already
+        msg = str(e)
+        raise DataError(msg if msg.startswith(f"source '{st.name}'") else f"source '{st.name}': {msg}") from None
     e = man["sources"][src]
     st.files = len(e["units"])
     st.usable, st.blank, st.bad = e["documents"], e["blank"], dict(e["bad"])
@@ -250,7 +251,8 @@ def scan_sources(
             for si, name in enumerate(sources.keys()):
                 scfg = source_dict(sources[name])
                 st = SourceStats(name, scfg["path"], scfg["kind"], scfg["format"], float(scfg["weight"]))
-                tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name)
+                tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, False, name,
+                                    scfg["chat_format"])
                 try:
                     kind, files = _units(name, scfg)
                 except DataError as e:

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from easylemur.data.chat_template import template_sha256
 from easylemur.data.records import DataError
 from easylemur.data.readers import STORE_MANIFEST
 
@@ -274,7 +275,8 @@ def open_store_source(scfg: dict[str, Any], name: str, tokenizer: Any, seq_len: 
 
 def store_entry(scfg: dict[str, Any], name: str, tokenizer: Any, seq_len: int) -> tuple[dict[str, Any], str]:
     """(manifest, store source) of a config source of kind "tokens", checked against the run:
-    the tokenizer (by sha256), the format, and for chat the seq_len conversations were cut to."""
+    the tokenizer (by sha256), the format, and for chat the chat_format (and for "model" the
+    template, by sha256) and the seq_len conversations were cut to."""
     root = scfg["path"]
     man = read_manifest(root)
     src = pick_source(man, root, name, scfg["store_source"])
@@ -287,6 +289,16 @@ def store_entry(scfg: dict[str, Any], name: str, tokenizer: Any, seq_len: int) -
     if entry["format"] != scfg["format"]:
         raise DataError(f"source '{name}': token store {root} source {src!r} holds {entry['format']} documents, "
                         f"the config says format={scfg['format']!r}")
+    if entry["format"] == "chat" and entry.get("chat_format", "chatml") != scfg["chat_format"]:
+        # a store of one rendering read as the other would train the wrong tokens, silently
+        raise DataError(f"source '{name}': token store {root} source {src!r} holds conversations rendered with "
+                        f"chat_format={entry.get('chat_format', 'chatml')!r}, the config says "
+                        f"chat_format={scfg['chat_format']!r}; tokenize again with it")
+    if (entry["format"] == "chat" and scfg["chat_format"] == "model"
+            and entry.get("chat_template_sha256") != template_sha256(tokenizer)):
+        raise DataError(f"source '{name}': token store {root} source {src!r} was rendered with another chat_template "
+                        f"(sha256 {str(entry.get('chat_template_sha256'))[:16]}...) than this run's tokenizer has; "
+                        "tokenize again with it")
     if entry["format"] == "chat" and entry["seq_len"] != seq_len:
         raise DataError(f"source '{name}': token store {root} source {src!r} cut conversations to seq_len="
                         f"{entry['seq_len']}, this run has data.seq_len={seq_len}; tokenize again with it")

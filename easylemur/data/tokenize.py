@@ -14,12 +14,14 @@ import grain
 import numpy as np
 
 from easylemur.data import chat as chatlib
+from easylemur.data.chat_template import ChatTemplate, TemplateRejected
 from easylemur.data.records import (
     EMPTY,
     INVALID_UTF8,
     MISSING_FIELD,
     NO_TRAINED_TOKENS,
     NOT_A_STRING,
+    UNKNOWN_ROLE,
     BadRecord,
     DataError,
 )
@@ -32,10 +34,16 @@ class Tokenize(grain.transforms.Map):
     """(where, record) -> {"ids": int32[n], "mask": int8[n]} or a BadRecord (or None for a blank
     line). Text documents become BOS + tokens + EOS, all trained but BOS (a tokenizer without a
     BOS: tokens + EOS, all trained but the first token); conversations are
-    rendered in ChatML and truncated to seq_len (see chat.render_truncated)."""
+    rendered in ChatML (chat_format "chatml", chat.render_truncated) or with the tokenizer's own
+    chat_template ("model", chat_template.ChatTemplate) and truncated to seq_len. A "model"
+    source whose tokenizer has no chat_template fails here, when the pipeline is built."""
 
-    def __init__(self, fmt: str, field: str, tokenizer: Tokenizer, seq_len: int, strict: bool, source_name: str):
+    def __init__(self, fmt: str, field: str, tokenizer: Tokenizer, seq_len: int, strict: bool, source_name: str,
+                 chat_format: str = "chatml"):
         self.fmt = fmt
+        self.chat_format = chat_format
+        # compiled once per source; pickles as its text (grain pickles this map)
+        self.template = ChatTemplate(tokenizer, source_name) if fmt == "chat" and chat_format == "model" else None
         self.field = field or ("text" if fmt == "text" else "")
         self.tokenizer = tokenizer
         self.seq_len = seq_len
@@ -98,7 +106,13 @@ class Tokenize(grain.transforms.Map):
         for m in msgs:
             if (err := self._not_utf8(m["content"])) is not None:
                 return self._bad(INVALID_UTF8, where, err)
-        out = chatlib.render_truncated(msgs, self.tokenizer, self.seq_len)
+        if self.template is None:
+            out = chatlib.render_truncated(msgs, self.tokenizer, self.seq_len)
+        else:
+            try:
+                out = self.template.render_truncated(msgs, self.seq_len)
+            except TemplateRejected as e:  # mostly the roles: e.g. "roles must alternate user/assistant"
+                return self._bad(UNKNOWN_ROLE, where, str(e))
         if out is None:
             return self._bad(NO_TRAINED_TOKENS, where, f"no assistant token within seq_len={self.seq_len}")
         ids, mask = out

@@ -169,6 +169,13 @@ class HFTokenizer:
         # the pipeline's read threads (data.prefetch) tokenize in parallel
         return (self._cont if continuation else self.tok).encode_batch_fast([text], add_special_tokens=False)[0].ids
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """`encode(text)` and each token's (start, end) character offsets in `text`: how
+        data/chat_template.py maps a chat template's assistant spans to tokens, as transformers'
+        return_assistant_tokens_mask does."""
+        enc = self.tok.encode_batch([text], add_special_tokens=False)[0]  # the batch API releases the GIL
+        return enc.ids, enc.offsets
+
     def encode_array(self, text: str, *, continuation: bool = False) -> np.ndarray:
         """`encode` as an int32 numpy array (what the data pipeline uses)."""
         return np.asarray(self.encode(text, continuation=continuation), np.int32)
