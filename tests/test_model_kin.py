@@ -151,7 +151,8 @@ def test_llama_refuses_mistral_and_qwen_fields():
 
 
 # published parameter counts (billions) of the models the family presets copy
-PRESET_SIZES = {"llama3_8b": 8.03, "llama3_70b": 70.55, "llama3.2_1b": 1.24, "llama3.2_3b": 3.21,
+PRESET_SIZES = {"llama3_8b": 8.03, "llama3_70b": 70.55, "llama3.1_8b": 8.03, "llama3.1_70b": 70.55,
+                "llama3.2_1b": 1.24, "llama3.2_3b": 3.21,
                 "qwen2.5_coder_0.5b": 0.494, "qwen2.5_coder_1.5b": 1.54, "qwen2.5_coder_3b": 3.09,
                 "qwen2.5_coder_7b": 7.62, "qwen2.5_coder_14b": 14.77, "qwen2.5_coder_32b": 32.76}
 

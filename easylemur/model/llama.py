@@ -141,6 +141,9 @@ class LlamaConfig:
 _LLAMA32_ROPE = (("factor", 32.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
                  ("original_max_position_embeddings", 8192), ("rope_type", "llama3"))
 
+_LLAMA31_ROPE = (("factor", 8.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
+                 ("original_max_position_embeddings", 8192), ("rope_type", "llama3"))
+
 PRESETS: dict[str, LlamaConfig] = {
     # vocab 4096 is the shipped tokenizer's size; models built on other tokenizers override it.
     "tiny": LlamaConfig(vocab_size=4096, hidden_size=128, intermediate_size=352, num_layers=4,
@@ -156,6 +159,12 @@ PRESETS: dict[str, LlamaConfig] = {
     "llama3_70b": LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_layers=80,
                           num_heads=64, num_kv_heads=8, rope_theta=5e5, max_position_embeddings=8192,
                           rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001),
+    # Llama-3.1/3.3: Llama-3's shapes with llama3 RoPE scaling (factor 8) to a 128K context
+    **{f"llama3.1_{name}": LlamaConfig(vocab_size=128256, hidden_size=d, intermediate_size=f, num_layers=n,
+                                       num_heads=h, num_kv_heads=8, rope_theta=5e5, max_position_embeddings=131072,
+                                       rope_scaling=_LLAMA31_ROPE, rms_norm_eps=1e-5, bos_token_id=128000,
+                                       eos_token_id=128001)
+       for name, d, f, n, h in (("8b", 4096, 14336, 32, 32), ("70b", 8192, 28672, 80, 64))},
     # Llama-3.2: llama3 RoPE scaling (factor 32) and the head tied to the embedding
     **{name: LlamaConfig(vocab_size=128256, hidden_size=d, intermediate_size=8192, num_layers=n, num_heads=h,
                          num_kv_heads=8, rope_theta=5e5, max_position_embeddings=131072,
