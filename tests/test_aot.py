@@ -22,10 +22,10 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="AOT compilation for TPU needs libtpu (pip install 'easylemur[tpu]')")
 
 
-def _aot(*args: str) -> tuple[int, dict]:
+def _aot(*args: str, config: str = "configs/lemur_70b_pretrain.py") -> tuple[int, dict]:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     # a workdir of its own: the config's relative runs/ may hold a real run (the demo's) to resume
-    p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", "configs/lemur_70b_pretrain.py",
+    p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", config,
                         f"--config.workdir={NO_RUN}", *args],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
@@ -65,6 +65,17 @@ def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
     rc, out = _aot("--accelerator", "v4-512", "--config.mesh=data:1,fsdp:64,tensor:4")
     assert rc == 0 and out["mesh"] == {"data": 1, "fsdp": 64, "tensor": 4} and out["fits"] is True, out
     assert out["peak_bytes_per_device"] <= 20.9 * GiB, out
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_lemur_on_llama31_70b_fits_v4_512():
+    """The recipe on Llama-3.1-70B: a 128K vocabulary and 8192-token rows, one per device, still
+    leave at least 35% of a v4 device's HBM free."""
+    rc, out = _aot("--accelerator", "v4-512", config="configs/lemur_llama3_70b_pretrain.py")
+    assert rc == 0 and out["fits"] is True and out["batch"] == [256, 8192], out
+    assert out["model_from"].startswith("preset 'llama3.1_70b'") and out["params"] > 70.5e9
+    assert out["headroom"] >= 0.35, out
 
 
 @pytest.mark.slow
