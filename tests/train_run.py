@@ -40,6 +40,7 @@ def run(workdir, overrides=(), devices=1, config="configs/tiny_pretrain.py", che
 
 def losses(workdir) -> dict[int, float]:
     rows = [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "loss" in r]  # task evals write lines of their own
     steps = [r["step"] for r in rows]
     assert len(steps) == len(set(steps)), f"duplicate steps in metrics.jsonl: {steps}"
     return {r["step"]: r["loss"] for r in rows}

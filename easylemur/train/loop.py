@@ -30,6 +30,7 @@ from easylemur.train.start import restore_or_init
 from easylemur.train.signals import StopSignals
 from easylemur.train.workdir import FailedStartCleanup, check_workdir
 from easylemur.train.step import build_eval_step, mean_eval_loss
+from easylemur.train.task_evals import make_task_evals
 
 
 def train(cfg: ConfigDict) -> dict:
@@ -73,6 +74,9 @@ def train(cfg: ConfigDict) -> dict:
         logger = StepLogger(cfg, writer, run.model_cfg, data.source_names, start_step=run.start_step,
                             nan_skips=run.nan_skips)
         run_scope.callback(logger.close)
+        task_evals = make_task_evals(cfg, run, mesh, workdir, writer)
+        if task_evals is not None:  # closed before the writer: their last results still get written
+            run_scope.callback(task_evals.close)
         if jax.process_index() == 0:
             print(
                 f"model {run.model_cfg.num_params() / 1e6:.2f}M params, {jax.device_count()} devices, mesh "
@@ -92,6 +96,12 @@ def train(cfg: ConfigDict) -> dict:
                 if due(step, cfg.eval.every):  # these weights, before the next step replaces them
                     params = state["params"]
                     logger.flush(evaluate=lambda: mean_eval_loss(eval_fn, params, eval_data.batches()))
+                if task_evals is not None:
+                    if due(step, cfg.eval.every_tasks):
+                        logger.flush()
+                        with logger.side_job():  # generation between two steps is not step time
+                            task_evals.run(step, state["params"])
+                    task_evals.poll()  # the sandbox checks run beside training; log those that ended
                 store.check_save_errors(mngr)  # a failed async save stops the run here
                 stopping = mngr.reached_preemption(step) or stop.requested
                 last = step == cfg.train.steps

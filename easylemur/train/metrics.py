@@ -70,7 +70,9 @@ def peak_flops(devices: Optional[list] = None) -> tuple[float, str]:
 
 class MetricsWriter:
     """Appends one JSON object per logged step to metrics.jsonl and mirrors scalars to
-    TensorBoard (and W&B when configured). A no-op on processes other than 0."""
+    TensorBoard (and W&B when configured). A no-op on processes other than 0. A task eval's
+    record comes later than its step's (train/task_evals.py): a line of its own, with the step
+    it measured."""
 
     def __init__(self, workdir: str | Path, wandb_project: str = "", config: Optional[dict] = None, resume_step: int = 0):
         self.active = jax.process_index() == 0
@@ -80,6 +82,7 @@ class MetricsWriter:
         self.remote = "://" in str(workdir)
         self.path = workdir / "metrics.jsonl"
         self.lines: list[str] = []
+        self.wandb_step = 0
         self.tb = None
         self.wandb = None
         if not self.active:
@@ -140,7 +143,14 @@ class MetricsWriter:
                 self.tb.add_scalar(k, v, step)
         self.tb.flush()
         if self.wandb is not None:
-            self.wandb.log(record, step=step)
+            if step >= self.wandb_step:
+                self.wandb.log(record, step=step)
+                self.wandb_step = step
+            else:
+                # a late record (a task eval's score, measured at `step` and checked while training
+                # went on): W&B drops steps below its current one, so it goes in at the current
+                # step, carrying its own "step" to plot against
+                self.wandb.log({**record, "measured_at_step": step})
 
     def close(self) -> None:
         if self.tb is not None:

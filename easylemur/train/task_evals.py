@@ -1,0 +1,205 @@
+"""Task evals inside a run (`eval.tasks`, every `eval.every_tasks` steps): pass@k of the
+current weights on a fixed subset of HumanEval/MBPP, logged beside the loss, so the code/text
+balance of a mixture is visible as it moves (docs/design.md, "Task evals during training").
+
+Two halves, so that an eval can neither stop nor slow training for long:
+- generation runs in the run, between two steps, on the training mesh: the parameters are
+  unstacked (a scanned run) into the decode engine's layout on device and decoded by one
+  `LoadedModel` kept for the whole run, so each shape bucket compiles once, at the first eval;
+- the generated programs are checked in the sandbox by a subprocess (`python -m easylemur.eval
+  TASK --samples ...`, in its own process group) that training never waits for: each step
+  polls it; its pass@k is written to metrics.jsonl/TensorBoard/W&B at the step it measured.
+  A checker that fails, is killed, or runs past `eval.timeout_s` (then killed with its group)
+  is reported on stdout and as `eval/TASK/failed: 1` at its step; training goes on.
+
+A generation that raises is reported the same way. Only process 0 writes and checks; every
+process generates (the parameters are sharded over all of them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+from ml_collections import ConfigDict
+
+from easylemur.config import ConfigError, task_eval_names
+from easylemur.eval.samples import generate_samples
+from easylemur.eval.sandbox import Sandbox
+from easylemur.eval.tasks import FORMATS, MBPP, HumanEval, Task, load_humaneval, load_mbpp
+
+
+@dataclasses.dataclass
+class _Check:
+    """One running sandboxed check."""
+
+    step: int
+    task: str
+    proc: subprocess.Popen
+    out: Path
+    deadline: float
+
+
+def _task(name: str, e: ConfigDict) -> Task:
+    if e.prompt_format not in FORMATS:
+        raise ConfigError(f"config key 'eval.prompt_format' must be one of {', '.join(FORMATS)}, got {e.prompt_format!r}")
+    if name == "humaneval":
+        task: Task = HumanEval(load_humaneval(e.humaneval_data or None), e.prompt_format)
+    else:
+        test, fewshot = load_mbpp(e.mbpp_data)
+        task = MBPP(test, e.prompt_format, fewshot)
+    task.problems = task.problems[: e.problems]
+    return task
+
+
+class TaskEvals:
+    """The run's task evals: `run(step, params)` on due steps, `poll()` every step, `close()`
+    at the end (waits for the checks still running, each up to its deadline)."""
+
+    def __init__(self, cfg: ConfigDict, model_cfg: Any, tokenizer: Any, mesh: Any, workdir: Any, writer: Any,
+                 stop_ids: Any = ()):
+        self.e = cfg.eval
+        self.names = task_eval_names(self.e.tasks)
+        self.writer = writer
+        self.lead = jax.process_index() == 0
+        # everything that can fail does so now, not at the first eval hours in: the data, the sandbox
+        self.tasks = {name: _task(name, self.e) for name in self.names}
+        if self.names and self.lead:
+            Sandbox(timeout=self.e.program_timeout_s).check()
+        self.model_cfg = dataclasses.replace(model_cfg, scan_layers=False)
+        self.scanned = model_cfg.scan_layers
+        self.tokenizer, self.mesh, self.stop_ids = tokenizer, mesh, list(stop_ids)
+        # the checkers write beside the run when it is on a local disk, else in a local temp dir
+        local = "://" not in str(workdir)
+        self.root = Path(str(workdir)) / "evals" if local else Path(tempfile.mkdtemp(prefix="easylemur-evals-"))
+        self.model = None
+        self._unscan = None
+        self.checks: list[_Check] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.names)
+
+    def _loaded(self, params: Any):
+        """The decode model holding these weights (unstacked on device for a scanned run)."""
+        from easylemur.generate.api import LoadedModel
+        from easylemur.model.stacking import unscan_params
+
+        if self.scanned:
+            if self._unscan is None:
+                n = self.model_cfg.num_layers
+                self._unscan = jax.jit(lambda p: unscan_params(p, n))
+            params = self._unscan(params)
+        if self.model is None:
+            self.model = LoadedModel(self.model_cfg, params, self.tokenizer, "the run's current weights", self.mesh,
+                                     self.stop_ids)
+        self.model.params = params
+        self.model.decoder.params = params  # same shapes and shardings: the compiled programs are reused
+        return self.model
+
+    def run(self, step: int, params: Any) -> None:
+        """Generates every task's samples from `params` (the weights after `step`) and starts
+        their checks; reports (never raises) a generation that fails."""
+        model = self._loaded(params)
+        try:
+            for name, task in self.tasks.items():
+                t = time.perf_counter()
+                try:
+                    samples = generate_samples(task, model, self.e.samples, batch_size=self.e.batch_size,
+                                               max_new_tokens=self.e.max_new_tokens, temperature=self.e.temperature,
+                                               seed=step)
+                except Exception as err:  # noqa: BLE001 - an eval never stops training
+                    self._failed(step, name, f"generation failed: {type(err).__name__}: {err}")
+                    continue
+                if self.lead:
+                    self._start_check(step, name, samples)
+                    print(f"eval {name} at step {step}: {len(samples)} samples generated in "
+                          f"{time.perf_counter() - t:.1f}s; checking them in the sandbox", flush=True)
+        finally:
+            # the train step donates its state: never hold on to these buffers past this eval
+            model.params = model.decoder.params = None
+
+    def _start_check(self, step: int, name: str, samples: list) -> None:
+        out = self.root / f"step_{step}" / name
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "generated.jsonl", "w") as f:
+            for tid, code in samples:
+                f.write(json.dumps({"task_id": tid, "completion": code}) + "\n")
+        cmd = [sys.executable, "-m", "easylemur.eval", name, "--samples", str(out / "generated.jsonl"),
+               "--out", str(out), "--force", "-k", str(self.e.k), "--timeout", str(self.e.program_timeout_s)]
+        data = self.e.humaneval_data if name == "humaneval" else self.e.mbpp_data
+        if data:
+            cmd += ["--data", str(data)]
+        # the checker needs no accelerator: never let it reach for the one training holds
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        with open(out / "checker.log", "w") as log:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                                    start_new_session=True)  # its own group: a timeout kills every program
+        self.checks.append(_Check(step, name, proc, out, time.monotonic() + self.e.timeout_s))
+
+    def _failed(self, step: int, name: str, why: str) -> None:
+        if self.lead:
+            print(f"eval {name} at step {step}: {why}; training goes on", flush=True)
+            self.writer.write({"step": step, f"eval/{name}/failed": 1})
+
+    def _finish(self, c: _Check) -> None:
+        stdout = c.proc.stdout.read() if c.proc.stdout else ""
+        rc = c.proc.returncode
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        if rc == 0 and lines:
+            scores = json.loads(lines[-1])
+            record = {f"eval/{c.task}/{k}": v for k, v in scores.items() if k.startswith("pass@")}
+            self.writer.write({"step": c.step, **record, f"eval/{c.task}/problems": scores.get("problems")})
+            print(f"eval {c.task} at step {c.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()
+                                                                 if k.startswith("pass@")), flush=True)
+            return
+        why = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
+        self._failed(c.step, c.task, f"the sandbox check {why} (log: {c.out / 'checker.log'})")
+
+    def poll(self, wait: bool = False) -> None:
+        """Logs the checks that ended; kills (with their process group) those past their
+        deadline. `wait`: block until every check has ended or been killed."""
+        while self.checks:
+            still = []
+            for c in self.checks:
+                if c.proc.poll() is not None:
+                    self._finish(c)
+                elif time.monotonic() > c.deadline:
+                    _kill_group(c.proc)
+                    self._failed(c.step, c.task, f"the sandbox check ran past eval.timeout_s={self.e.timeout_s:g}s "
+                                                 "and was killed")
+                else:
+                    still.append(c)
+            self.checks = still
+            if not wait or not still:
+                return
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        if self.checks:
+            print(f"waiting for {len(self.checks)} task eval check(s) (at most eval.timeout_s each)", flush=True)
+        self.poll(wait=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def make_task_evals(cfg: ConfigDict, run: Any, mesh: Any, workdir: Any, writer: Any) -> Optional[TaskEvals]:
+    """The run's TaskEvals, None when eval.tasks is empty."""
+    if not task_eval_names(cfg.eval.tasks):
+        return None
+    return TaskEvals(cfg, run.model_cfg, run.tokenizer, mesh, workdir, writer, run.stop_ids)

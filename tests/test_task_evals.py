@@ -1,0 +1,93 @@
+"""Task evals inside a run (eval.tasks): pass@k of the weights at the configured steps, logged
+beside the loss, computed from the same completions `python -m easylemur.eval` gives for that
+checkpoint; a checker that is killed or hangs leaves training going and says so."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from easylemur.config import ConfigError, load_config
+from train_run import ROOT, cmd, env, run
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+EVALS = ["train.steps=4", "checkpoint.every=2", "eval.tasks=humaneval", "eval.every_tasks=2", "eval.problems=3",
+         "eval.max_new_tokens=16", "eval.batch_size=2"]
+
+
+def _records(workdir) -> list[dict]:
+    return [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+@needs_bwrap
+def test_pass_at_k_is_logged_at_the_configured_steps_from_those_weights(tmp_path):
+    wd = tmp_path / "run"
+    p = run(wd, EVALS)
+    rows = _records(wd)
+    evals = {r["step"]: r for r in rows if "eval/humaneval/pass@1" in r}
+    assert sorted(evals) == [2, 4], rows
+    assert all(r["eval/humaneval/problems"] == 3 for r in evals.values())
+    assert {r["step"] for r in rows if "loss" in r} == {1, 2, 3, 4}  # the loss records are all there
+    assert "eval humaneval at step 4: pass@1" in p.stdout
+    # the completions the run checked at step 2 are those the eval CLI decodes from the step-2 checkpoint
+    out = tmp_path / "cli"
+    cli = subprocess.run([sys.executable, "-m", "easylemur.eval", "humaneval", "--checkpoint", str(wd), "--step", "2",
+                          "--limit", "3", "--max-new-tokens", "16", "--out", str(out)],
+                         cwd=ROOT, env=env(1), capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    ours = (wd / "evals" / "step_2" / "humaneval" / "samples.jsonl").read_text().splitlines()
+    assert ours == (out / "samples.jsonl").read_text().splitlines() and len(ours) == 3
+    assert json.loads(cli.stdout.splitlines()[-1])["pass@1"] == evals[2]["eval/humaneval/pass@1"]
+
+
+# Imported by every Python the run starts (PYTHONPATH): the sandbox checker of step 2 dies as the
+# OOM killer would kill it, the one of step 4 hangs past eval.timeout_s.
+CHECKER_FAULTS = """
+import os, signal, sys, time
+argv = " ".join(sys.orig_argv)
+if "easylemur.eval" in argv and "--samples" in argv:
+    if "step_2" in argv:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if "step_4" in argv:
+        time.sleep(120)
+"""
+
+
+@needs_bwrap
+def test_a_killed_or_hung_checker_is_reported_and_training_goes_on(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(CHECKER_FAULTS)
+    wd = tmp_path / "run"
+    e = {**env(1), "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    t = time.monotonic()
+    p = subprocess.run(cmd(wd, EVALS + ["eval.timeout_s=5"]), cwd=ROOT, env=e, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert time.monotonic() - t < 100  # the hung checker was not waited for past its timeout
+    rows = _records(wd)
+    assert [r["step"] for r in rows if r.get("eval/humaneval/failed") == 1] == [2, 4], rows
+    assert not any("eval/humaneval/pass@1" in r for r in rows)
+    assert {r["step"] for r in rows if "loss" in r} == {1, 2, 3, 4}
+    assert "eval humaneval at step 2: the sandbox check killed by signal 9" in p.stdout
+    assert "eval humaneval at step 4: the sandbox check ran past eval.timeout_s=5s and was killed; training goes on" \
+        in p.stdout
+
+
+def test_task_eval_config_errors_name_the_key():
+    for overrides, key in ((["eval.tasks=gsm8k", "eval.every_tasks=5"], "eval.tasks"),
+                           (["eval.tasks=humaneval"], "eval.every_tasks"),
+                           (["eval.tasks=mbpp", "eval.every_tasks=5"], "eval.mbpp_data"),
+                           (["eval.tasks=humaneval", "eval.every_tasks=5", "eval.k=1,10"], "eval.k")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            load_config("configs/tiny_pretrain.py", overrides)
+
+
+def test_a_bad_prompt_format_stops_the_run_before_step_one(tmp_path):
+    p = run(tmp_path / "run", EVALS + ["eval.prompt_format=chat"], check=False)
+    assert p.returncode == 2 and "config key 'eval.prompt_format' must be one of base, chatml, got 'chat'" in p.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
