@@ -126,7 +126,7 @@ def default_config() -> ConfigDict:
     # Task evals inside the run (train/task_evals.py): pass@k of the current weights on a fixed
     # subset of HumanEval/MBPP, generated in the run (its mesh, compiled once), checked in the
     # sandbox by a subprocess that training never waits for
-    c.eval.tasks = ""  # comma-separated: humaneval, mbpp ("" = none)
+    c.eval.tasks = ""  # comma-separated: humaneval, mbpp, lm_eval:TASK (lm-evaluation-harness) ("" = none)
     c.eval.every_tasks = 0  # steps between task evals (0: never)
     c.eval.problems = 16  # the first N problems of each task: the same subset at every eval
     c.eval.samples = 1  # completions per problem
@@ -139,6 +139,8 @@ def default_config() -> ConfigDict:
     c.eval.mbpp_data = ""  # MBPP's JSONL (needed for mbpp)
     c.eval.timeout_s = 600.0  # one task's sandboxed check; past it the checker is killed and reported
     c.eval.program_timeout_s = 10.0  # wall-clock seconds per generated program
+    c.eval.lm_eval_include = ""  # a directory of lm-eval task YAMLs (local tasks; "" = lm-eval's own only)
+    c.eval.lm_eval_limit = 100  # items per lm-eval task at each eval (0: all)
 
     c.init = ConfigDict()
     c.init["from"] = ""  # "" (scratch) | HF dir | easylemur checkpoint/workdir
@@ -332,6 +334,7 @@ def validate(cfg: ConfigDict) -> None:
 
 
 TASK_EVALS = ("humaneval", "mbpp")
+LM_EVAL = "lm_eval:"  # eval.tasks prefix of an lm-evaluation-harness task
 
 
 def task_eval_names(tasks: str) -> list[str]:
@@ -344,8 +347,9 @@ def _check_task_evals(e: ConfigDict) -> None:
         raise ConfigError(f"config key 'eval.tasks' must be a comma-separated string, got {e.tasks!r}")
     names = task_eval_names(e.tasks)
     for name in names:
-        if name not in TASK_EVALS:
-            raise ConfigError(f"config key 'eval.tasks': unknown task {name!r} (known: {', '.join(TASK_EVALS)})")
+        if name not in TASK_EVALS and not (name.startswith(LM_EVAL) and name[len(LM_EVAL):]):
+            raise ConfigError(f"config key 'eval.tasks': unknown task {name!r} (known: {', '.join(TASK_EVALS)}, "
+                              f"{LM_EVAL}NAME for an lm-evaluation-harness task)")
     if e.every_tasks < 0:
         raise ConfigError(f"config key 'eval.every_tasks' must be 0 or more, got {e.every_tasks}")
     if not names:
@@ -354,6 +358,8 @@ def _check_task_evals(e: ConfigDict) -> None:
         raise ConfigError(f"eval.tasks={e.tasks!r} but eval.every_tasks=0; set how often they run")
     if "mbpp" in names and not e.mbpp_data:
         raise ConfigError("eval.tasks has mbpp but eval.mbpp_data is empty; give MBPP's JSONL")
+    if e.lm_eval_limit < 0:
+        raise ConfigError(f"config key 'eval.lm_eval_limit' must be 0 (all items) or more, got {e.lm_eval_limit}")
     for key in ("problems", "samples", "max_new_tokens", "batch_size"):
         if e[key] < 1:
             raise ConfigError(f"config key 'eval.{key}' must be at least 1, got {e[key]}")

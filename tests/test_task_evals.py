@@ -24,16 +24,43 @@ def _records(workdir) -> list[dict]:
     return [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
 
 
+MC = [{"question": "def add(a, b):\n    return", "choices": [" a + b", " a - b", " None"], "answer": 0},
+      {"question": "Question: what is 2 + 2?\nAnswer:", "choices": [" 4", " five"], "answer": 0},
+      {"question": "import os\nprint(", "choices": ["os.getcwd())", "'hi')"], "answer": 1}]
+
+
+def _mc_task(d: Path) -> None:
+    """A local lm-eval multiple-choice task, `el_mc`, in directory d."""
+    d.mkdir()
+    (d / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in MC))
+    (d / "el_mc.yaml").write_text(f"task: el_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {d / 'mc.jsonl'}\n"
+                                  "test_split: test\noutput_type: multiple_choice\n"
+                                  'doc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{answer}}"\n'
+                                  "metric_list:\n  - metric: acc\n  - metric: acc_norm\n")
+
+
 @needs_bwrap
-def test_pass_at_k_is_logged_at_the_configured_steps_from_those_weights(tmp_path):
+def test_pass_at_k_and_lm_eval_scores_are_logged_at_the_configured_steps_from_those_weights(tmp_path):
+    lm_eval = pytest.importorskip("lm_eval")
+    _mc_task(tmp_path / "tasks")
     wd = tmp_path / "run"
-    p = run(wd, EVALS)
+    p = run(wd, [*EVALS[:2], "eval.tasks=humaneval,lm_eval:el_mc", *EVALS[3:], f"eval.lm_eval_include={tmp_path / 'tasks'}"])
     rows = _records(wd)
     evals = {r["step"]: r for r in rows if "eval/humaneval/pass@1" in r}
     assert sorted(evals) == [2, 4], rows
     assert all(r["eval/humaneval/problems"] == 3 for r in evals.values())
     assert {r["step"] for r in rows if "loss" in r} == {1, 2, 3, 4}  # the loss records are all there
     assert "eval humaneval at step 4: pass@1" in p.stdout
+    # lm-eval's score of the run's weights at step 4 is lm-eval's score of the step-4 checkpoint
+    scores = {r["step"]: r for r in rows if "eval/el_mc/acc_norm" in r}
+    assert sorted(scores) == [2, 4], rows
+    from easylemur.eval.harness import EasylemurLM
+    from lm_eval.tasks import TaskManager
+
+    ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(wd), step=4, batch_size=16), tasks=["el_mc"],
+                                  task_manager=TaskManager(include_path=str(tmp_path / "tasks")), bootstrap_iters=0)
+    for metric in ("acc", "acc_norm"):
+        assert scores[4][f"eval/el_mc/{metric}"] == ref["results"]["el_mc"][f"{metric},none"]
     # the completions the run checked at step 2 are those the eval CLI decodes from the step-2 checkpoint
     out = tmp_path / "cli"
     cli = subprocess.run([sys.executable, "-m", "easylemur.eval", "humaneval", "--checkpoint", str(wd), "--step", "2",
@@ -82,9 +109,16 @@ def test_task_eval_config_errors_name_the_key():
     for overrides, key in ((["eval.tasks=gsm8k", "eval.every_tasks=5"], "eval.tasks"),
                            (["eval.tasks=humaneval"], "eval.every_tasks"),
                            (["eval.tasks=mbpp", "eval.every_tasks=5"], "eval.mbpp_data"),
-                           (["eval.tasks=humaneval", "eval.every_tasks=5", "eval.k=1,10"], "eval.k")):
+                           (["eval.tasks=humaneval", "eval.every_tasks=5", "eval.k=1,10"], "eval.k"),
+                           (["eval.tasks=lm_eval:", "eval.every_tasks=5"], "eval.tasks")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             load_config("configs/tiny_pretrain.py", overrides)
+
+
+def test_an_unknown_lm_eval_task_stops_the_run_before_step_one(tmp_path):
+    pytest.importorskip("lm_eval")
+    p = run(tmp_path / "run", EVALS[:2] + ["eval.tasks=lm_eval:no_such_task_here", *EVALS[3:]], check=False)
+    assert p.returncode == 2 and "lm_eval:no_such_task_here is not an lm-eval task" in p.stderr, p.stderr[-2000:]
 
 
 def test_a_bad_prompt_format_stops_the_run_before_step_one(tmp_path):

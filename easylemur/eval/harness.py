@@ -89,12 +89,14 @@ class EasylemurLM(TemplateLM):
     """lm-eval's LM over `easylemur.load(path)`. model_args: `path` (a workdir, checkpoint step
     dir or HF dir; `pretrained` is accepted as its alias), `dtype` (float32 default, bfloat16),
     `step`, `batch_size`, `max_length` (default: the model's max_position_embeddings),
-    `max_gen_toks` (default 256), `mesh` (e.g. data:1,fsdp:-1,tensor:1)."""
+    `max_gen_toks` (default 256), `mesh` (e.g. data:1,fsdp:-1,tensor:1). From Python, `loaded`
+    takes a model already loaded (an `easylemur.load` LoadedModel) instead of `path`; its
+    parameters are read at every call, so they may be swapped between evaluations."""
 
     def __init__(self, path: Optional[str] = None, pretrained: Optional[str] = None, dtype: Optional[str] = None,
                  step: Optional[int] = None, batch_size: int | str | None = None, max_batch_size: Any = None,
                  max_length: Optional[int] = None, max_gen_toks: int = DEFAULT_MAX_GEN_TOKS, mesh: Optional[str] = None,
-                 device: Any = None, **extra: Any):
+                 device: Any = None, loaded: Any = None, **extra: Any):
         super().__init__()
         import easylemur
         from easylemur.model.llama import Llama, lm_head_kernel
@@ -106,11 +108,14 @@ class EasylemurLM(TemplateLM):
                              "batch_size, max_length, max_gen_toks, mesh)")
         if path is None:
             path = pretrained
-        if not path:
-            raise InputError("model_args path: missing; give path=CHECKPOINT_OR_HF_DIR")
-        if dtype in ("auto", ""):
-            dtype = None
-        self.model = easylemur.load(str(path), dtype=dtype, step=None if step is None else int(step), mesh=mesh)
+        if loaded is not None:  # from Python: a model already in memory (the train loop's task evals)
+            self.model, path = loaded, path or loaded.path
+        else:
+            if not path:
+                raise InputError("model_args path: missing; give path=CHECKPOINT_OR_HF_DIR")
+            if dtype in ("auto", ""):
+                dtype = None
+            self.model = easylemur.load(str(path), dtype=dtype, step=None if step is None else int(step), mesh=mesh)
         self.tok = self.model.tokenizer
         if self.tok is None:
             raise InputError(f"model_args path={path}: no tokenizer beside the model; lm-eval's tasks are text")

@@ -1,6 +1,9 @@
 """Task evals inside a run (`eval.tasks`, every `eval.every_tasks` steps): pass@k of the
-current weights on a fixed subset of HumanEval/MBPP, logged beside the loss, so the code/text
-balance of a mixture is visible as it moves (docs/design.md, "Task evals during training").
+current weights on a fixed subset of HumanEval/MBPP and lm-evaluation-harness scores
+(`lm_eval:TASK`, at most `eval.lm_eval_limit` items each), logged beside the loss, so the
+code/text balance of a mixture is visible as it moves (docs/design.md, "Task evals during
+training"). lm-eval tasks are scored in the run by `eval/harness.py`'s model over the same
+weights (nothing to sandbox); a failure is reported like a failed check.
 
 Two halves, so that an eval can neither stop nor slow training for long:
 - generation runs in the run, between two steps, on the training mesh: the parameters are
@@ -32,7 +35,7 @@ from typing import Any, Optional
 import jax
 from ml_collections import ConfigDict
 
-from easylemur.config import ConfigError, task_eval_names
+from easylemur.config import LM_EVAL, ConfigError, task_eval_names
 from easylemur.eval.samples import generate_samples
 from easylemur.eval.sandbox import Sandbox
 from easylemur.eval.tasks import FORMATS, MBPP, HumanEval, Task, load_humaneval, load_mbpp
@@ -72,9 +75,12 @@ class TaskEvals:
         self.writer = writer
         self.lead = jax.process_index() == 0
         # everything that can fail does so now, not at the first eval hours in: the data, the sandbox
-        self.tasks = {name: _task(name, self.e) for name in self.names}
-        if self.names and self.lead:
+        self.tasks = {name: _task(name, self.e) for name in self.names if not name.startswith(LM_EVAL)}
+        self.lm_tasks = [name[len(LM_EVAL):] for name in self.names if name.startswith(LM_EVAL)]
+        if self.tasks and self.lead:
             Sandbox(timeout=self.e.program_timeout_s).check()
+        self.task_manager = _task_manager(self.lm_tasks, self.e.lm_eval_include) if self.lm_tasks else None
+        self.lm = None  # the lm-eval model over self.model, built at the first eval
         self.model_cfg = dataclasses.replace(model_cfg, scan_layers=False)
         self.scanned = model_cfg.scan_layers
         self.tokenizer, self.mesh, self.stop_ids = tokenizer, mesh, list(stop_ids)
@@ -124,9 +130,43 @@ class TaskEvals:
                     self._start_check(step, name, samples)
                     print(f"eval {name} at step {step}: {len(samples)} samples generated in "
                           f"{time.perf_counter() - t:.1f}s; checking them in the sandbox", flush=True)
+            if self.lm_tasks:
+                self._lm_eval(step, model)
         finally:
             # the train step donates its state: never hold on to these buffers past this eval
             model.params = model.decoder.params = None
+
+    def _lm_eval(self, step: int, model: Any) -> None:
+        """lm-evaluation-harness's tasks on these weights, in the run (its scoring programs,
+        one per length bucket, compile at the first eval); the scores go straight to the log."""
+        import lm_eval
+
+        from easylemur.eval.harness import EasylemurLM
+
+        if self.lm is None:
+            self.lm = EasylemurLM(loaded=model, batch_size=self.e.batch_size, max_gen_toks=self.e.max_new_tokens)
+        t = time.perf_counter()
+        try:
+            out = lm_eval.simple_evaluate(model=self.lm, tasks=list(self.lm_tasks), task_manager=self.task_manager,
+                                          limit=self.e.lm_eval_limit or None, verbosity="ERROR",
+                                          bootstrap_iters=0,  # no stderr resampling: scores only
+                                          # the run's process-wide RNGs stay as they are
+                                          random_seed=None, numpy_random_seed=None, torch_random_seed=None)
+        except Exception as err:  # noqa: BLE001 - an eval never stops training
+            for name in self.lm_tasks:
+                self._failed(step, LM_EVAL + name, f"lm-eval failed: {type(err).__name__}: {err}")
+            return
+        if not self.lead or out is None:
+            return
+        record: dict[str, Any] = {"step": step}
+        for task, metrics in out["results"].items():
+            for key, v in metrics.items():
+                metric = key.split(",")[0]  # "acc,none" -> acc; stderr and aliases are not scores
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and "stderr" not in metric:
+                    record[f"eval/{task}/{metric}"] = v
+        self.writer.write(record)
+        print(f"eval lm-eval {', '.join(self.lm_tasks)} at step {step} ({time.perf_counter() - t:.1f}s): "
+              + ", ".join(f"{k[5:]} {v:.4f}" for k, v in record.items() if k != "step"), flush=True)
 
     def _start_check(self, step: int, name: str, samples: list) -> None:
         out = self.root / f"step_{step}" / name
@@ -188,6 +228,22 @@ class TaskEvals:
         if self.checks:
             print(f"waiting for {len(self.checks)} task eval check(s) (at most eval.timeout_s each)", flush=True)
         self.poll(wait=True)
+
+
+def _task_manager(names: list[str], include: str) -> Any:
+    """lm-eval's TaskManager with `include` (local task YAMLs); every name must resolve now."""
+    try:
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        raise ConfigError(f"eval.tasks has {LM_EVAL}{names[0]} but lm-evaluation-harness is not installed; "
+                          "pip install -e '.[harness]'") from None
+    tm = TaskManager(include_path=include or None)
+    known = set(tm.all_tasks)
+    for name in names:
+        if name not in known:
+            where = f" or in eval.lm_eval_include={include}" if include else " (local YAMLs: eval.lm_eval_include)"
+            raise ConfigError(f"config key 'eval.tasks': {LM_EVAL}{name} is not an lm-eval task{where}")
+    return tm
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
