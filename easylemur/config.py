@@ -123,7 +123,7 @@ def default_config() -> ConfigDict:
     c.eval = ConfigDict()
     c.eval.every = 0  # 0: no eval
     c.eval.batches = 4
-    # Task evals inside the run (train/task_evals.py): pass@k of the current weights on a fixed
+    # Task evals inside the run (eval/task_evals.py): pass@k of the current weights on a fixed
     # subset of HumanEval/MBPP, generated in the run (its mesh, compiled once), checked in the
     # sandbox by a subprocess that training never waits for
     c.eval.tasks = ""  # comma-separated: humaneval, mbpp, lm_eval:TASK (lm-evaluation-harness) ("" = none)

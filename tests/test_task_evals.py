@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from easylemur.config import ConfigError, load_config
-from train_run import ROOT, cmd, env, run
+from train_run import ROOT, SMALL, cmd, env, run
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 EVALS = ["train.steps=4", "checkpoint.every=2", "eval.tasks=humaneval", "eval.every_tasks=2", "eval.problems=3",
@@ -61,6 +61,20 @@ def test_pass_at_k_and_lm_eval_scores_are_logged_at_the_configured_steps_from_th
                                   task_manager=TaskManager(include_path=str(tmp_path / "tasks")), bootstrap_iters=0)
     for metric in ("acc", "acc_norm"):
         assert scores[4][f"eval/el_mc/{metric}"] == ref["results"]["el_mc"][f"{metric},none"]
+
+    # `eval watch` on the run's checkpoints afterwards: the same completions and scores, in files of its own
+    overrides = [f"--config.{o}" for o in SMALL + [f"workdir={wd}", "eval.tasks=humaneval", "eval.problems=3",
+                                                      "eval.max_new_tokens=16", "eval.batch_size=2"]]
+    w = subprocess.run([sys.executable, "-m", "easylemur.eval", "watch", "--config", "configs/tiny_pretrain.py", "--once",
+                        *overrides], cwd=ROOT, env=env(1), capture_output=True, text=True, timeout=300)
+    assert w.returncode == 0, w.stdout[-2000:] + w.stderr[-2000:]
+    watched = {json.loads(l)["step"]: json.loads(l) for l in (wd / "eval_metrics.jsonl").read_text().splitlines()}
+    assert sorted(watched) == [2, 4]
+    for step in (2, 4):
+        assert watched[step]["eval/humaneval/pass@1"] == evals[step]["eval/humaneval/pass@1"]
+        assert ((wd / "evals_watch" / f"step_{step}" / "humaneval" / "samples.jsonl").read_text()
+                == (wd / "evals" / f"step_{step}" / "humaneval" / "samples.jsonl").read_text())
+    assert rows == _records(wd)  # the run's own metrics.jsonl is untouched
     # the completions the run checked at step 2 are those the eval CLI decodes from the step-2 checkpoint
     out = tmp_path / "cli"
     cli = subprocess.run([sys.executable, "-m", "easylemur.eval", "humaneval", "--checkpoint", str(wd), "--step", "2",

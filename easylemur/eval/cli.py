@@ -5,6 +5,7 @@ with every generated program run in the sandbox.
     python -m easylemur.eval mbpp --data mbpp.jsonl --checkpoint CKPT -k 1,10 --n 20 --out eval/mbpp
     python -m easylemur.eval humaneval --samples samples.jsonl --out eval/he_samples
     python -m easylemur.eval lm-eval --model easylemur --model_args path=CKPT --tasks hellaswag  (harness.py)
+    python -m easylemur.eval watch --config CFG --config.eval.tasks=humaneval  (each new checkpoint: watch.py)
 
 Writes DIR/samples.jsonl (`task_id`, `completion`: the code that was checked) and
 DIR/results.jsonl (`task_id`, `completion_id`, `passed`, `result`: "passed", "timed out" or
@@ -118,10 +119,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["lm-eval"]:
         return lm_eval_main(argv[1:])
+    if argv[:1] == ["watch"]:
+        from easylemur.eval.watch import main as watch_main
+
+        return watch_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m easylemur.eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=("humaneval", "mbpp", "lm-eval"),
+    parser.add_argument("task", choices=("humaneval", "mbpp", "lm-eval", "watch"),
                         help="lm-eval: every later argument goes to lm-evaluation-harness's CLI with --model easylemur "
-                             "registered (python -m easylemur.eval lm-eval --help)")
+                             "registered (python -m easylemur.eval lm-eval --help); watch: eval.tasks on each new "
+                             "checkpoint of a run (python -m easylemur.eval watch --help)")
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="easylemur workdir, checkpoint step dir, or HF dir to generate with")
     src.add_argument("--samples", help="JSONL of {task_id, completion} to check instead of generating")

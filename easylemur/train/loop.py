@@ -30,7 +30,7 @@ from easylemur.train.start import restore_or_init
 from easylemur.train.signals import StopSignals
 from easylemur.train.workdir import FailedStartCleanup, check_workdir
 from easylemur.train.step import build_eval_step, mean_eval_loss
-from easylemur.train.task_evals import make_task_evals
+from easylemur.eval.task_evals import make_task_evals
 
 
 def train(cfg: ConfigDict) -> dict:

@@ -71,16 +71,20 @@ def peak_flops(devices: Optional[list] = None) -> tuple[float, str]:
 class MetricsWriter:
     """Appends one JSON object per logged step to metrics.jsonl and mirrors scalars to
     TensorBoard (and W&B when configured). A no-op on processes other than 0. A task eval's
-    record comes later than its step's (train/task_evals.py): a line of its own, with the step
+    record comes later than its step's (eval/task_evals.py): a line of its own, with the step
     it measured."""
 
-    def __init__(self, workdir: str | Path, wandb_project: str = "", config: Optional[dict] = None, resume_step: int = 0):
+    def __init__(self, workdir: str | Path, wandb_project: str = "", config: Optional[dict] = None,
+                 resume_step: Optional[int] = 0, name: str = "metrics"):
+        """`resume_step`: a resumed run's step (the lines after it are dropped); None appends to
+        what is there. `name`: NAME.jsonl and TensorBoard's NAME_tb/ ("metrics": tb/), so a
+        second writer (`eval watch`) never shares the run's files."""
         self.active = jax.process_index() == 0
         from easylemur.checkpoint.paths import as_path
 
         workdir = as_path(workdir)
         self.remote = "://" in str(workdir)
-        self.path = workdir / "metrics.jsonl"
+        self.path = workdir / f"{name}.jsonl"
         self.lines: list[str] = []
         self.wandb_step = 0
         self.tb = None
@@ -88,12 +92,14 @@ class MetricsWriter:
         if not self.active:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._truncate_after(resume_step)
+        self._truncate_after(resume_step if resume_step is not None else float("inf"))
         from tensorboardX import SummaryWriter
 
-        tb_dir = str(workdir / "tb")
+        tb_name = "tb" if name == "metrics" else f"{name}_tb"
+        tb_dir = str(workdir / tb_name)
         if self.remote:  # tensorboardX writes local files; mirror them to the bucket yourself
-            tb_dir = os.path.join(tempfile.gettempdir(), "easylemur-tb", str(workdir).replace("://", "_").replace("/", "_"))
+            tb_dir = os.path.join(tempfile.gettempdir(), "easylemur-tb",
+                                  f"{workdir}_{tb_name}".replace("://", "_").replace("/", "_"))
             print(f"TensorBoard events go to {tb_dir} (workdir {workdir} is remote)", flush=True)
         self.tb = SummaryWriter(tb_dir, purge_step=resume_step + 1 if resume_step else None)
         if wandb_project:

@@ -69,7 +69,7 @@ class TaskEvals:
     at the end (waits for the checks still running, each up to its deadline)."""
 
     def __init__(self, cfg: ConfigDict, model_cfg: Any, tokenizer: Any, mesh: Any, workdir: Any, writer: Any,
-                 stop_ids: Any = ()):
+                 stop_ids: Any = (), subdir: str = "evals"):
         self.e = cfg.eval
         self.names = task_eval_names(self.e.tasks)
         self.writer = writer
@@ -86,7 +86,7 @@ class TaskEvals:
         self.tokenizer, self.mesh, self.stop_ids = tokenizer, mesh, list(stop_ids)
         # the checkers write beside the run when it is on a local disk, else in a local temp dir
         local = "://" not in str(workdir)
-        self.root = Path(str(workdir)) / "evals" if local else Path(tempfile.mkdtemp(prefix="easylemur-evals-"))
+        self.root = Path(str(workdir)) / subdir if local else Path(tempfile.mkdtemp(prefix="easylemur-evals-"))
         self.model = None
         self._unscan = None
         self.checks: list[_Check] = []
