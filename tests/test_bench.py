@@ -1,7 +1,9 @@
 """The benchmark scripts start and report what they promise, cheaply (no timing is asserted):
 bench/gpu_mfu.py builds its configurations anywhere and refuses in one line without a GPU;
-bench/train_throughput.py's last line is the JSON the README and BENCHMARKS.md quote."""
+bench/train_throughput.py's last line is the JSON the README and BENCHMARKS.md quote;
+bench/data_throughput.py measures sentencepiece and an HF byte-level BPE in one run."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -60,3 +62,35 @@ def test_data_scale_reports_every_measurement(tmp_path):
     assert recs["resume"]["batches_match"] is True
     assert recs["shards"]["n4"]["mean_fraction_of_n1"] < 0.5  # ~1/4 and some read-ahead
     assert (tmp_path / "data_scale.jsonl").exists() and "reader: tokens/s (steady)" in run.stdout
+
+
+def test_data_throughput_reports_hf_against_sentencepiece(tmp_path):
+    """Both tokenizer kinds in one run, a fraction of a second each: per tokenizer the raw and
+    pipeline lines with tokens/s and bytes/s, then the BPE's "vs" line against sentencepiece."""
+    run = _run("data_throughput.py", "--seconds", "0.2", "--repeats", "1", "--prefetch", "0", "--batch-size", "4",
+               "--tokenizer", "config", "bpe", "--bpe-vocab", "512")
+    assert run.returncode == 0, run.stderr
+    recs = [json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")]
+    kinds = {r["tokenizer"]: (r["kind"], r["vocab_size"]) for r in recs}
+    assert kinds == {"config": ("spm", 4096), "bpe": ("hf", 512)}, kinds
+    for spec in kinds:
+        whats = sorted(r["what"] for r in recs if r["tokenizer"] == spec and r["what"] != "vs")
+        assert whats == ["pipeline", "raw encode", "raw encode, numpy ids"], whats
+    assert all(r["tokens_per_s"] > 0 and r["bytes_per_s"] > 0 for r in recs if r["what"] != "vs")
+    (vs,) = [r for r in recs if r["what"] == "vs"]
+    assert vs["tokenizer"] == "bpe" and vs["reference"] == "config" and len(vs["pipeline"]) == 1
+    assert all(vs[k]["tokens_per_s"] > 0 and vs[k]["bytes_per_s"] > 0 for k in ("raw", "raw_array"))
+    bad = _run("data_throughput.py", "--tokenizer", "bpe", "bpe")
+    assert bad.returncode == 2 and "names a tokenizer twice" in bad.stderr, bad.stderr
+
+    # the pipeline's bytes/s counts, per token, exactly the text bytes it encodes
+    spec = importlib.util.spec_from_file_location("data_throughput", ROOT / "bench" / "data_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from easylemur.config import load_config
+    from easylemur.tokenizer import load_tokenizer
+
+    texts = bench.source_texts(load_config(str(ROOT / "configs" / "tiny_pretrain.py")))[::4]
+    for tok in (load_tokenizer(None), load_tokenizer(bench.train_bpe(texts, 512, tmp_path / "bpe"))):
+        table = bench.byte_lengths(tok)
+        assert all(int(table[tok.encode_array(t)].sum()) == len(t.encode("utf-8")) for t in texts), tok.kind
