@@ -162,8 +162,9 @@ def test_family_directory_trains_and_exports_to_what_transformers_reads(tmp_path
     if model.config.model_type == "mistral":
         assert reloaded.config.sliding_window == model.config.sliding_window == SEQ_LEN
     assert _rope(reloaded.config) == _rope(model.config)
-    if tok.bos_id is not None:  # a source without one (Qwen) exports easylemur's default, 1
-        assert reloaded.config.bos_token_id == model.config.bos_token_id == tok.bos_id
+    assert reloaded.config.bos_token_id == model.config.bos_token_id  # None stays None (Qwen)
+    if tok.bos_id is not None:
+        assert model.config.bos_token_id == tok.bos_id
     ids = np.random.default_rng(0).integers(0, tok.vocab_size, size=(2, 32))
     ref = hf_logits(reloaded, ids)
     trained = np.asarray(easylemur.load(run).logits(ids))

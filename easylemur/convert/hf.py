@@ -175,7 +175,8 @@ def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaC
         family=family.model_type,
         qkv_bias=family.qkv_bias,
         sliding_window=sliding_window,
-        bos_token_id=token_id("bos_token_id", 1),
+        # null in a config without BOS (Qwen2.5's bos_token_id may be null): kept null, never Llama's 1
+        bos_token_id=None if "bos_token_id" in hf and hf["bos_token_id"] is None else token_id("bos_token_id", 1),
         eos_token_id=token_id("eos_token_id", 2),
     )
     if cfg["head_dim"] is not None and cfg["head_dim"] == cfg["hidden_size"] // n_heads:

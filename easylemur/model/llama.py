@@ -66,7 +66,7 @@ class LlamaConfig:
     # HF's sliding_window (Mistral): None, or a window no row may exceed, so that it changes
     # nothing; easylemur does not implement windowed attention (Llama refuses longer rows)
     sliding_window: Optional[int] = None
-    bos_token_id: int = 1
+    bos_token_id: Optional[int] = 1  # None: the source declares none (a BOS-less tokenizer)
     eos_token_id: int = 2
     # compute / storage
     dtype: str = "float32"  # activations and matmul inputs; matmuls accumulate in float32
