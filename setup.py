@@ -5,7 +5,7 @@ setup(
     version="0.1.0",
     description="JAX training stack for Llama-family models: continued pre-training, ChatML chat tuning, HF export.",
     packages=find_packages(include=["easylemur", "easylemur.*"]),
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # jax, jaxlib and libtpu 0.10 declare Requires-Python >=3.11
     install_requires=[
         "jax>=0.10.0",
         "flax>=0.12.0",

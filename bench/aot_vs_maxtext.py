@@ -2,11 +2,12 @@
 compiled ahead of time on this CPU through libtpu for the devices a v4-512 VM presents (256
 megacore devices of 30.75 GiB), at fsdp 256 and at fsdp 64 x tensor 4.
 
-    python bench/aot_vs_maxtext.py [--maxtext-venv DIR] [--python python3.12] [--meshes fsdp,tp4]
+    python bench/aot_vs_maxtext.py [--maxtext-venv DIR] [--python PYTHON3.12] [--meshes fsdp,tp4]
 
 MaxText comes from PyPI (`maxtext`, which needs Python >= 3.12 and declares no dependencies
-outside extras) in a venv of its own, created on first use: maxtext --no-deps, then jax[tpu] and
-the packages its imports ask for. Its llama2-70b is compiled with `train_compile`
+outside extras) in a venv of its own, created on first use with a Python 3.12 found as
+`find_python` says: maxtext --no-deps, then jax[tpu] and the packages its imports ask for.
+Its llama2-70b is compiled with `train_compile`
 (compile_topology=v4-512, per_device_batch_size=2, max_target_length=4096, attention=flash, i.e.
 splash attention, dataset_type=synthetic) twice: with its default remat_policy=full, and with
 remat_policy=custom decoder_layer_input=offload, the host offload easylemur's config uses;
@@ -39,7 +40,31 @@ MESHES = {"fsdp": ("data:1,fsdp:-1,tensor:1", ["ici_fsdp_parallelism=-1"]),
           "tp4": ("data:1,fsdp:64,tensor:4", ["ici_fsdp_parallelism=64", "ici_tensor_parallelism=4"])}
 MAXTEXT_PACKAGES = ["jax[tpu]==0.11.1", "flax", "optax", "orbax-checkpoint", "grain", "omegaconf", "pydantic",
                     "tensorboardX", "sentencepiece", "tiktoken", "datasets", "transformers", "jsonlines",
-                    "ml-collections", "absl-py", "etils", "aqtp", "qwix", "tokamax", "pathwaysutils"]
+                    "ml-collections", "absl-py", "etils", "aqtp", "qwix", "tokamax", "pathwaysutils",
+                    # imported by maxtext 0.2.5 too (each a ModuleNotFoundError in a fresh venv without it)
+                    "jinja2", "drjax", "pillow", "sympy"]
+
+
+def find_python(version: str = "3.12") -> str | None:
+    """A Python `version` interpreter that runs: pyenv's install of it (`pyenv prefix`, then
+    ~/.pyenv/versions/VERSION*), then pythonVERSION on PATH. Each candidate must run
+    `-c 'import sys'` and be that version: pyenv's shim pythonVERSION is on PATH even when the
+    version is not active, and then exits 127."""
+    candidates = []
+    if shutil.which("pyenv"):
+        p = subprocess.run(["pyenv", "prefix", version], capture_output=True, text=True)
+        if p.returncode == 0 and p.stdout.strip():
+            candidates.append(os.path.join(p.stdout.strip().splitlines()[0], "bin", f"python{version}"))
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates += sorted(glob.glob(f"{root}/versions/{version}*/bin/python{version}"), reverse=True)
+    candidates.append(shutil.which(f"python{version}"))
+    want = tuple(int(x) for x in version.split("."))
+    for c in candidates:
+        if c and os.access(c, os.X_OK) and subprocess.run(
+                [c, "-c", f"import sys; sys.exit(sys.version_info[:{len(want)}] != {want})"],
+                capture_output=True).returncode == 0:
+            return c
+    return None
 
 
 def maxtext_venv(venv: Path, python: str) -> Path:
@@ -114,10 +139,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--maxtext-venv", default=str(ROOT / "bench" / ".venv-maxtext"),
                     help="MaxText's own venv (created if missing)")
-    ap.add_argument("--python", default=shutil.which("python3.12") or os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python"),
-                    help="a Python >= 3.12 for MaxText's venv")
+    ap.add_argument("--python", default=None,
+                    help="a Python 3.12 for MaxText's venv (default: pyenv's 3.12, else python3.12 on PATH)")
     ap.add_argument("--meshes", default="fsdp,tp4", help="which of fsdp (fsdp 256) and tp4 (fsdp 64 x tensor 4)")
     args = ap.parse_args()
+    args.python = args.python or find_python("3.12")
+    if not args.python:
+        print("error: no Python 3.12 that runs (pyenv install 3.12, or --python PATH)", file=sys.stderr)
+        return 2
     py = maxtext_venv(Path(args.maxtext_venv), args.python)
     rows = []
     for name in args.meshes.split(","):

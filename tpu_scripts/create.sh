@@ -16,14 +16,15 @@ capacity frees up (watch it with status.sh --queued).
   --type TYPE        accelerator type: v4-N, v5litepod-N, v5p-N or v6e-N (e.g. v4-512)
   --version RUNTIME  TPU software version; default by type: v4 $(runtime_for v4-8),
                      v5litepod $(runtime_for v5litepod-8), v5p $(runtime_for v5p-8), v6e $(runtime_for v6e-8)
-  --spot             spot capacity (cheaper, preemptible at any time: see preemption in README)
-  --preemptible      the older preemptible TPU VMs (not with --queued)
+  --spot             Spot capacity (cheaper, can be preempted at any time: see preemption in README)
+  --preemptible      an alias of --spot, with a warning: Google now documents Spot TPUs, which
+                     replace preemptible ones (also in queued resources)
   --reserved         use the project's reservation
   --queued           a queued resource instead of a direct create
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the gcloud commands, run nothing"
 
-TYPE="" VERSION="" SPOT=0 PREEMPTIBLE=0 RESERVED=0 QUEUED=0
+TYPE="" VERSION="" SPOT=0 RESERVED=0 QUEUED=0
 
 while [ $# -gt 0 ]; do
     common_flag "$@"
@@ -34,7 +35,9 @@ while [ $# -gt 0 ]; do
         --version) need_value "$1" "$#"; VERSION=$2; shift 2 ;;
         --version=*) VERSION=${1#*=}; shift ;;
         --spot) SPOT=1; shift ;;
-        --preemptible) PREEMPTIBLE=1; shift ;;
+        --preemptible)
+            echo "$SCRIPT: warning: --preemptible is taken as --spot (Spot TPUs replace preemptible ones)" >&2
+            SPOT=1; shift ;;
         --reserved) RESERVED=1; shift ;;
         --queued) QUEUED=1; shift ;;
         -h | --help) usage_and_exit "$USAGE" ;;
@@ -43,19 +46,15 @@ while [ $# -gt 0 ]; do
 done
 
 check_target
+[ ${#SSH_FLAGS[@]} = 0 ] || die "--internal-ip is for the scripts that reach the workers (setup, launch, status, logs, stop)"
 [ -n "$TYPE" ] || die "--type is required (v4-N, v5litepod-N, v5p-N or v6e-N, e.g. v4-512)"
 check_type "$TYPE"
 VERSION=${VERSION:-$(runtime_for "$TYPE")}
 [[ $VERSION =~ ^[a-z0-9][-a-z0-9.]*$ ]] || die "--version '$VERSION' is not a TPU software version name"
-[ $((SPOT + PREEMPTIBLE)) -le 1 ] || die "--spot and --preemptible exclude each other"
-[ $((SPOT + PREEMPTIBLE + RESERVED)) -le 1 ] || die "--reserved excludes --spot and --preemptible"
-if [ "$QUEUED" = 1 ] && [ "$PREEMPTIBLE" = 1 ]; then
-    die "--preemptible is not available for queued resources; use --spot"
-fi
+[ $((SPOT + RESERVED)) -le 1 ] || die "--reserved excludes --spot"
 
 CAPACITY=()
 if [ "$SPOT" = 1 ]; then CAPACITY+=(--spot); fi
-if [ "$PREEMPTIBLE" = 1 ]; then CAPACITY+=(--preemptible); fi
 if [ "$RESERVED" = 1 ]; then CAPACITY+=(--reserved); fi
 
 if [ "$QUEUED" = 1 ]; then

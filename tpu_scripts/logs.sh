@@ -5,9 +5,10 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 USAGE="Usage: $SCRIPT --name NAME --zone ZONE --worker I [--follow] [--lines N] [--dir REMOTE_DIR]
-               [--project PROJECT] [--dry-run]
+               [--internal-ip] [--project PROJECT] [--dry-run]
 
-Prints the last N lines of worker I's log (~/REMOTE_DIR/logs/run.worker<I>.log); --follow
+Prints the last N lines of worker I's log (~/REMOTE_DIR/logs/run.worker<I>.log, the name
+worker I gave it: its number, or its hostname where the metadata server did not answer); --follow
 keeps printing as it grows (Ctrl-C stops watching, not the run). Worker 0 is the one that
 writes metrics and prints the step lines.
 
@@ -17,6 +18,7 @@ writes metrics and prints the step lines.
   --follow           follow the log (tail -F)
   --lines N          lines to show (default 100)
   --dir REMOTE_DIR   as given to launch.sh (default $REMOTE_DIR_DEFAULT)
+$INTERNAL_IP_HELP
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the gcloud command, run nothing"
 
@@ -46,4 +48,5 @@ check_remote_dir "$DIR"
 
 TAIL="tail -n $LINES"
 if [ "$FOLLOW" = 1 ]; then TAIL+=" -F"; fi
-ssh_workers "cd $(q "$DIR") && $TAIL logs/run.worker$WORKER.log" "$WORKER"
+# the log's name is computed on the worker as launch.sh did there
+ssh_workers "$WORKER_ID_SH; cd $(q "$DIR") && $TAIL \"logs/run.worker\$w.log\"" "$WORKER"

@@ -4,16 +4,22 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 
-USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--queued] [--dir REMOTE_DIR] [--project PROJECT] [--dry-run]
+USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--queued] [--dir REMOTE_DIR] [--internal-ip]
+                 [--project PROJECT] [--dry-run]
 
 Prints the queued resource's state (with --queued), the TPU VM's state, health, type and
-runtime, and for each worker whether the launched run is alive and its log's last line. A
-preempted VM (state PREEMPTED) gets the recovery steps instead.
+runtime, and for each worker whether the launched run is alive and its log's last line.
+
+With --queued the queued resource's state decides first, and the VM is described only when
+it exists (ACTIVE): WAITING_FOR_RESOURCES (and ACCEPTED, PROVISIONING, CREATING) says to wait;
+SUSPENDED (a spot preemption: the VM is gone), FAILED and DELETING get the steps to take. A
+preempted VM (state PREEMPTED) gets the recovery steps too.
 
   --name NAME        the TPU VM's name
   --zone ZONE        its zone
   --queued           it was created with create.sh --queued
   --dir REMOTE_DIR   as given to setup.sh and launch.sh (default $REMOTE_DIR_DEFAULT)
+$INTERNAL_IP_HELP
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the gcloud commands, run nothing"
 
@@ -34,8 +40,51 @@ done
 check_target
 check_remote_dir "$DIR"
 
+d=$(dirname "$0")
+ON="--name $NAME --zone $ZONE$([ -z "$PROJECT" ] || echo " --project $PROJECT")"
+
+# recreate: the steps after the VM is gone (preempted): its bucket workdir has the checkpoints.
+recreate() {
+    echo "Recover: delete it, create it again, set it up and launch the same command; the run"
+    echo "resumes from the newest checkpoint in its workdir (a bucket: the VM's disks are gone):"
+    echo "  $d/stop.sh $ON --delete$([ "$QUEUED" = 1 ] && echo ' --queued')"
+    echo "  $d/create.sh $ON --type TYPE$([ "$QUEUED" = 1 ] && echo ' --queued') ...   # as before"
+    echo "  $d/setup.sh $ON ...                # as before"
+    echo "  $d/launch.sh $ON -- COMMAND...     # the same command"
+}
+
 if [ "$QUEUED" = 1 ]; then
-    run gcloud compute tpus queued-resources describe "$NAME" "${WHERE[@]}" --format="value(state.state)"
+    if [ "$DRY_RUN" = 1 ]; then
+        run gcloud compute tpus queued-resources describe "$NAME" "${WHERE[@]}" --format="value(state.state)"
+    else
+        QSTATE=$(run gcloud compute tpus queued-resources describe "$NAME" "${WHERE[@]}" \
+            --format="value(state.state)") || exit 1
+        echo "$NAME (queued resource): $QSTATE"
+        case "$QSTATE" in
+            ACTIVE) ;;
+            WAITING_FOR_RESOURCES | ACCEPTED | PROVISIONING | CREATING)
+                echo "No VM yet: the queued resource waits for capacity, then creates the VM (state ACTIVE)."
+                echo "Ask again later:  $d/status.sh $ON --queued"
+                echo "Give up:          $d/stop.sh $ON --delete --queued"
+                exit 0 ;;
+            SUSPENDING | SUSPENDED)
+                echo "$NAME was preempted (spot capacity reclaimed): the VM is deleted, the queued resource stays $QSTATE."
+                recreate
+                exit 0 ;;
+            FAILED)
+                echo "The queued resource failed; why: gcloud compute tpus queued-resources describe $NAME $(qall "${WHERE[@]}") --format='value(state.failedData)'"
+                echo "Delete it, then create it again (another zone or type, --reserved, or later):"
+                echo "  $d/stop.sh $ON --delete --queued"
+                echo "  $d/create.sh $ON --type TYPE --queued ..."
+                exit 0 ;;
+            DELETING)
+                echo "The queued resource is being deleted; create it again once it is gone (status.sh then fails with NOT_FOUND)."
+                exit 0 ;;
+            *)
+                echo "$SCRIPT: unexpected queued resource state '$QSTATE' (expected ACTIVE, WAITING_FOR_RESOURCES, SUSPENDED, FAILED, ...)" >&2
+                exit 1 ;;
+        esac
+    fi
 fi
 STATE=""
 if [ "$DRY_RUN" = 1 ]; then
@@ -50,19 +99,15 @@ fi
 
 case "$STATE" in
     PREEMPTED | TERMINATED)
-        d=$(dirname "$0")
-        echo "$NAME was preempted. Recover: delete it, create it again, set it up and launch the same command;"
-        echo "the run resumes from the newest checkpoint in its workdir (a bucket: the VM's disks are gone):"
-        echo "  $d/stop.sh --name $NAME --zone $ZONE --delete$([ "$QUEUED" = 1 ] && echo ' --queued')"
-        echo "  $d/create.sh --name $NAME --zone $ZONE --type TYPE ...   # as before"
-        echo "  $d/setup.sh --name $NAME --zone $ZONE ...                # as before"
-        echo "  $d/launch.sh --name $NAME --zone $ZONE -- COMMAND...     # the same command"
+        echo "$NAME was preempted."
+        recreate
         exit 0 ;;
     "" | READY) ;;
     *) echo "$NAME is $STATE: the workers cannot be reached yet"; exit 0 ;;
 esac
 
 QDIR=$(q "$DIR")
-ssh_workers "$WORKER_ID_SH; cd $QDIR 2>/dev/null || { echo \"worker \$w: no ~/$QDIR (run setup.sh)\"; exit 0; }
-if [ -f logs/run.pid ] && kill -0 \"\$(cat logs/run.pid)\" 2>/dev/null; then s=\"running (pid \$(cat logs/run.pid))\"; else s='not running'; fi
+ssh_workers "$WORKER_ID_SH; $RUN_SH
+cd $QDIR 2>/dev/null || { echo \"worker \$w: no ~/$QDIR (run setup.sh)\"; exit 0; }
+if run_alive; then s=\"running (pid \$pid, launch \$id)\"; else s='not running'; fi
 echo \"worker \$w: \$s; log: \$(tail -n 1 \"logs/run.worker\$w.log\" 2>/dev/null || echo none)\""

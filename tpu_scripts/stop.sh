@@ -5,11 +5,13 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--delete] [--queued] [--timeout SECONDS]
-               [--dir REMOTE_DIR] [--project PROJECT] [--dry-run]
+               [--dir REMOTE_DIR] [--internal-ip] [--project PROJECT] [--dry-run]
 
 Sends SIGTERM to the run launch.sh started on every worker: easylemur finishes its step,
 saves a checkpoint, waits for it and exits (status 143); the same launch.sh command resumes
-it. Waits until every worker's run has ended (at most --timeout seconds, default 900).
+it. Waits until every process of each worker's run has ended; after --timeout seconds
+(default 900) it sends SIGKILL to what is left and fails. Only the run launch.sh recorded is
+signalled: its pid and start time must both match (a stale pid file means no run).
 
 With --delete, then deletes the TPU VM (gcloud compute tpus tpu-vm delete), or with --queued
 its queued resource and the VM in it (gcloud compute tpus queued-resources delete --force).
@@ -21,6 +23,7 @@ Workers that cannot be reached (a preempted VM) do not stop the deletion.
   --queued           it was created with create.sh --queued (with --delete)
   --timeout SECONDS  how long to wait for the runs to save and exit (default 900)
   --dir REMOTE_DIR   as given to launch.sh (default $REMOTE_DIR_DEFAULT)
+$INTERNAL_IP_HELP
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the gcloud commands, run nothing"
 
@@ -46,19 +49,13 @@ check_remote_dir "$DIR"
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout '$TIMEOUT' must be a number of seconds"
 [ "$QUEUED" = 0 ] || [ "$DELETE" = 1 ] || die "--queued only matters with --delete"
 
-STOP="$WORKER_ID_SH; cd $(q "$DIR") 2>/dev/null && [ -f logs/run.pid ] && pid=\$(cat logs/run.pid) && kill -0 \"\$pid\" 2>/dev/null || { echo \"worker \$w: no run\"; exit 0; }
-kill -TERM -- \"-\$pid\" && echo \"worker \$w: SIGTERM sent to run \$pid, waiting for it to save and exit\"
-i=0; while kill -0 \"\$pid\" 2>/dev/null; do
-  if [ \$i -ge $TIMEOUT ]; then echo \"worker \$w: run \$pid still running after $TIMEOUT s\" >&2; exit 1; fi
-  sleep 1; i=\$((i + 1))
-done
-echo \"worker \$w: run \$pid ended\""
+stop_command "$DIR" "$TIMEOUT"
 
 if [ "$DELETE" = 0 ]; then
-    ssh_workers "$STOP"
+    ssh_workers "$REMOTE_STOP"
     exit 0
 fi
-ssh_workers "$STOP" || echo "$SCRIPT: could not stop the run on every worker; deleting anyway" >&2
+ssh_workers "$REMOTE_STOP" || echo "$SCRIPT: could not stop the run on every worker; deleting anyway" >&2
 if [ "$QUEUED" = 1 ]; then
     run gcloud compute tpus queued-resources delete "$NAME" "${WHERE[@]}" --force --quiet
 else
