@@ -282,12 +282,14 @@ def test_to_hf_force_leaves_exactly_one_model(hf_model, converted, other_model_d
     rc, err = _run(["to-hf", "--checkpoint", converted, "--out", other_model_dir, "--dtype", "float32", "--force"], capsys)
     assert rc == 0, err
     new = {"config.json", "generation_config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json",
-           "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}
+           "tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
     assert {p.name for p in other_model_dir.iterdir()} == new | {"README.md", "eval"}
-    # the old model's files are gone and named; the user's files are kept as they were
+    # the old model's files are gone and named (its tokenizer.json replaced by the export's own,
+    # converted from the new tokenizer.model); the user's files are kept as they were
     removed = next(line for line in err.splitlines() if line.startswith("--force: removed"))
-    assert "pytorch_model.bin" in removed and "tokenizer.json" in removed
-    assert any(line.startswith("--force: replaced") and "config.json" in line for line in err.splitlines())
+    assert "pytorch_model.bin" in removed
+    replaced = next(line for line in err.splitlines() if line.startswith("--force: replaced"))
+    assert "config.json" in replaced and "tokenizer.json" in replaced
     after = _snapshot(other_model_dir)
     assert {k: after[k] for k in ("README.md", "eval", "eval/results.json")} == \
         {k: before[k] for k in ("README.md", "eval", "eval/results.json")}
@@ -501,13 +503,18 @@ CHATS = [
 ]
 
 
-def test_auto_tokenizer_encodes_like_easylemur(exported_f32):
+def test_auto_tokenizer_encodes_like_easylemur(converted, tmp_path):
     from transformers import AutoTokenizer
 
     from easylemur.data.chat import render_chat, render_prompt, render_text
 
+    # the source has no chat template, so the checkpoint is no chat model: ChatML's template on request
+    exported_f32 = tmp_path / "chatml"
+    assert convert.main(["to-hf", "--checkpoint", str(converted), "--out", str(exported_f32), "--chat-template",
+                         "chatml"]) == 0
     ours = Tokenizer.load(DEFAULT_TOKENIZER_PATH)
     theirs = AutoTokenizer.from_pretrained(exported_f32)
+    assert theirs.is_fast and (exported_f32 / "tokenizer.json").is_file()
     for s in CODE_STRINGS:
         assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s), repr(s)
         assert theirs(s)["input_ids"] == [ours.bos_id] + ours.encode(s), repr(s)

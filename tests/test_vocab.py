@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import easylemur
+from easylemur.checkpoint import model_meta
 from easylemur.convert import cli as convert
 from easylemur.convert import hf
 from easylemur.model.llama import Llama
@@ -119,9 +120,11 @@ def test_from_hf_add_chatml_tokens(tmp_path, llama2_like_spm):
     # the source directory is untouched
     assert not Tokenizer(str(src / "tokenizer.model")).has_chatml
 
-    # ... and exported, transformers sees the grown model and the ChatML tokens
+    # ... and exported, transformers sees the grown model and the ChatML tokens (the markers make
+    # no chat model: ChatML's template and <|im_end|> stop come on request, or after chat tuning)
+    assert model_meta.read_meta(tmp_path / "ck").chat_format is None
     assert convert.main(["to-hf", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "out"),
-                         "--dtype", "float32"]) == 0
+                         "--dtype", "float32", "--chat-template", "chatml"]) == 0
     exported = LlamaForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32)
     assert exported.config.vocab_size == V + 2
     np.testing.assert_allclose(hf_logits(exported, ids)[..., :V], ref, atol=1e-5 * np.abs(ref).max())

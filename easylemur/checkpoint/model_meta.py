@@ -11,7 +11,9 @@ Layout of a workdir's `checkpoints/<step>/`:
               checksums (a fingerprint per array, added by `store.save`); a run's also rng,
               data_state (every data shard's iterator state, its per-source token counters
               included), nan_skips and the run config; from-hf's: source and stop_ids (every id
-              decoding stops on, convert.hf.stop_ids; older checkpoints lack it)
+              decoding stops on, convert.hf.stop_ids; older checkpoints lack it); both:
+              chat_format ("chatml" | "model" | null = not chat-tuned; what to-hf's chat
+              template and <|im_end|> stop follow; older checkpoints lack it)
 (docs/design.md, "Checkpoint layout").
 """
 
@@ -112,14 +114,54 @@ def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | No
             **({"tokenizer_config": hf_config} if hf_config is not None else {}), **extra}
 
 
+CHAT_FORMATS = ("chatml", "model")  # meta chat_format: data.sources.*.chat_format of a chat-tuned model, or null
+
+
+def hf_dir_chat_format(path: str | Path) -> Optional[str]:
+    """The chat_format a checkpoint of an HF directory records: "model" when its tokenizer has a
+    chat template of its own (tokenizer_config.json's `chat_template`, or chat_template.jinja),
+    else None (not chat-tuned, as far as anything in the directory says)."""
+    return "model" if hf_dir_chat_template(path) else None
+
+
+def hf_dir_chat_template(path: str | Path) -> Optional[str]:
+    """An HF directory's chat template text (the "default" one of a list), None without one."""
+    d = Path(path)
+    cfg_file, jinja = d / "tokenizer_config.json", d / "chat_template.jinja"
+    t = None
+    if cfg_file.is_file():
+        try:
+            t = json.loads(cfg_file.read_text(encoding="utf-8")).get("chat_template")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            t = None  # the tokenizer reader names a malformed file; here it only means "no template"
+    if isinstance(t, list):  # named templates: transformers uses "default"
+        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+    if not (isinstance(t, str) and t) and jinja.is_file():
+        t = jinja.read_text(encoding="utf-8")
+    return t if isinstance(t, str) and t else None
+
+
+def run_chat_format(config: dict, inherited: Optional[str] = None) -> Optional[str]:
+    """The chat_format a training run's checkpoints record: the `chat_format` of its chat sources
+    (data.sources.*.format == "chat"; "chatml" when they mix both, since ChatML's markers are then
+    trained) when it trains on any, else `inherited` (init.from's, or the resumed checkpoint's):
+    continued pre-training of a chat model on text keeps it a chat model in its source's format."""
+    sources = (config.get("data") or {}).get("sources") or {}
+    formats = {s.get("chat_format", "chatml") for s in sources.values() if isinstance(s, dict) and s.get("format") == "chat"}
+    if not formats:
+        return inherited
+    return "chatml" if "chatml" in formats else formats.pop()
+
+
 def save_run(mngr: ocp.CheckpointManager, step: int, state: dict, model_cfg: LlamaConfig, tokenizer_path: str | Path,
              *, data_state: dict, nan_skips: int, config: dict, force: bool = False,
-             stop_ids: list[int] | None = None) -> bool:
+             stop_ids: list[int] | None = None, inherited_chat_format: Optional[str] = None) -> bool:
     """A training checkpoint: params, optimizer state, and the meta a resume needs (and the
-    stop ids init.from declared, when it declared any)."""
+    stop ids init.from declared, when it declared any; chat_format per `run_chat_format`)."""
     extra = {"stop_ids": [int(i) for i in stop_ids]} if stop_ids else {}
     meta = make_meta(step, model_cfg, tokenizer_path, rng={"seed": config.get("seed", 0)}, data_state=data_state,
-                     nan_skips=nan_skips, config=config, **extra)
+                     nan_skips=nan_skips, config=config, chat_format=run_chat_format(config, inherited_chat_format),
+                     **extra)
     return save(mngr, step, state["params"], meta, state["opt_state"], force=force)
 
 
@@ -136,6 +178,17 @@ class ModelCheckpoint(Saved):
         """The stop ids the checkpoint declares (from-hf: generation_config.json's eos_token_id
         and the tokenizer's); [] in checkpoints written before the key existed."""
         return [int(i) for i in self.meta.get("stop_ids") or []]
+
+    @property
+    def chat_format(self) -> Optional[str]:
+        """Whether and how the model was chat-tuned: "chatml", "model" or None (not chat-tuned,
+        or a checkpoint from before the key: `has_chat_format` tells them apart)."""
+        fmt = self.meta.get("chat_format")
+        return fmt if fmt in CHAT_FORMATS else None
+
+    @property
+    def has_chat_format(self) -> bool:
+        return "chat_format" in self.meta
 
     def tokenizer_path(self) -> Optional[Path]:
         """The embedded tokenizer as a file (a sentencepiece model, or a tokenizer.json with its

@@ -2,6 +2,7 @@
 
     python -m easylemur.convert from-hf --hf DIR --out CKPT [--param-dtype auto] [--add-chatml-tokens]
     python -m easylemur.convert to-hf --checkpoint CKPT [--step N] --out DIR [--dtype bfloat16] [--max-shard-size 5GB]
+        [--chat-template [chatml|model] | --no-chat-template]
 
 from-hf writes the checkpoint format `easylemur.checkpoint` reads (an orbax CheckpointManager
 directory `CKPT/checkpoints/0/` with items `params` and `meta`), so `init.from=CKPT`,
@@ -55,7 +56,7 @@ from easylemur.convert.safetensors_io import (
 )
 from easylemur.tokenizer import load_tokenizer, tokenizer_kind
 from easylemur.tokenizer.hf import extend_hf
-from easylemur.tokenizer.spm import extend_model, tokenizer_file
+from easylemur.tokenizer.spm import IM_END, extend_model, tokenizer_file
 from easylemur.model.vocab import grow_rows
 
 
@@ -437,6 +438,8 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
         raise ConvertError(f"--hf {hf_dir} lies inside {final / 'checkpoints'}, which --out {out} would replace")
     cfg = hf.read_hf_config(hf_dir)
     declared = hf.declared_eos_ids(hf_dir)
+    # chat-tuned as far as the directory says: its tokenizer has a chat template (meta chat_format)
+    source_template = model_meta.hf_dir_chat_template(hf_dir)
     pairs = hf.check_hf_tensors(hf_dir, hf.index_hf_tensors(hf_dir), cfg)
     store = _store_dtype(param_dtype, pairs)
 
@@ -489,9 +492,13 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
             shape = hf.get_path(shapes, m.path).shape
             hf.set_path(tree, m.path, LazyArray(shape, store, load))
 
-        stops = hf.stop_ids(out_cfg.eos_token_id, tok, declared)  # generate and to-hf read them back
+        stops = export_stop_ids(out_cfg.eos_token_id, tok, declared, source_template)  # generate and to-hf read them back
+        extra: dict[str, Any] = {"chat_format": "model" if source_template else None}
+        if source_template and not (tok is not None and tok.kind == "hf" and tok.config.get("chat_template")):
+            # the embedded tokenizer does not carry it (sentencepiece, or a chat_template.jinja file)
+            extra["chat_template"] = source_template
         meta = model_meta.make_meta(0, out_cfg, tok_path, stop_ids=stops, source={
-            "converted_from": "hf", "hf_dir": str(hf_dir.absolute()), "hf_vocab_size": cfg.vocab_size})
+            "converted_from": "hf", "hf_dir": str(hf_dir.absolute()), "hf_vocab_size": cfg.vocab_size}, **extra)
         step_dir = save_streaming(out, tree, meta, overwrite=overwrite, log=log)
     return step_dir
 
@@ -550,6 +557,123 @@ class CheckpointTensors:
         return np.asarray((t if i is None else t[i]).read().result())
 
 
+def export_stop_ids(eos_token_id: int | None, tok: Any, declared: Sequence[int], chat_template: str | None) -> list[int]:
+    """`hf.stop_ids` for a model's files: <|im_end|> only where the model ends turns with it (the
+    chat template written beside it writes it, as ChatML's does) or its source declared it. A
+    base model never emits it, and a stop on it would tell lm-eval and vLLM it is a chat model."""
+    ids = hf.stop_ids(eos_token_id, tok, declared)
+    im_end = getattr(tok, "im_end_id", None)
+    if im_end is None or im_end == eos_token_id or im_end in {int(i) for i in declared} or (
+            chat_template and IM_END in chat_template):
+        return ids
+    return [i for i in ids if i != im_end]
+
+
+CHAT_TEMPLATE_CHOICES = ("auto", "chatml", "model", "none")
+
+
+def export_chat_template(saved: model_meta.ModelCheckpoint, tok: Any, choice: str | None = None) -> tuple[Optional[str], str]:
+    """(the chat template an export writes, or None; why, for the log). `choice` None follows the
+    checkpoint's meta chat_format: null none, "chatml" ChatML's, "model" the tokenizer's own; a
+    checkpoint from before the key keeps the old rule (the tokenizer's own, else ChatML's when the
+    tokenizer has the markers). --chat-template: "auto" (the tokenizer's own, else ChatML's),
+    "chatml", "model"; --no-chat-template: "none"."""
+    from easylemur.data.chat import CHAT_TEMPLATE
+    from easylemur.data.chat_template import template_of
+
+    if choice not in (None,) + CHAT_TEMPLATE_CHOICES:
+        raise ConvertError(f"--chat-template {choice}: not one of chatml, model")
+    if choice == "none":
+        return None, "none (--no-chat-template)"
+    if tok is None:
+        if choice is not None:
+            raise ConvertError("--chat-template: the checkpoint carries no tokenizer to write a chat template for")
+        return None, "none (no tokenizer)"
+    own = template_of(tok) or saved.meta.get("chat_template")  # from-hf keeps one the tokenizer cannot carry
+    # no BOS (Qwen2.5): ChatML's template writes none either, as render_chat starts at <|im_start|>
+    chatml = (CHAT_TEMPLATE if tok.bos_id is not None else CHAT_TEMPLATE.replace("{{ bos_token }}", "")) \
+        if tok.has_chatml else None
+    if choice is not None:
+        want = ("model" if own else "chatml") if choice == "auto" else choice
+        if want == "chatml" and chatml is None:
+            raise ConvertError(f"--chat-template {choice}: the tokenizer has no <|im_start|>/<|im_end|> tokens, which "
+                               "ChatML's template writes")
+        if want == "model" and own is None:
+            raise ConvertError(f"--chat-template {choice}: the tokenizer has no chat template of its own; "
+                               "use --chat-template chatml")
+        return (chatml, "ChatML's (--chat-template)") if want == "chatml" else (own, "the tokenizer's own (--chat-template)")
+    if not saved.has_chat_format:
+        how = "the checkpoint predates meta chat_format, so as before: "
+        if tok.kind == "hf" and own:
+            return own, how + "the tokenizer's own"
+        return chatml, how + ("ChatML's, the tokenizer has its markers" if chatml else "none, the tokenizer has no ChatML")
+    fmt = saved.chat_format
+    if fmt == "chatml":
+        return chatml, "ChatML's (meta chat_format chatml)" if chatml else "none: chat_format chatml but no ChatML tokens"
+    if fmt == "model":
+        return own, ("the tokenizer's own (meta chat_format model)" if own else
+                     "none: chat_format model but the tokenizer carries no template (--chat-template chatml writes ChatML's)")
+    return None, "none: not chat-tuned (meta chat_format null; --chat-template writes one)"
+
+
+def _check_strings(tok: Any) -> list[str]:
+    """Texts a fast tokenizer.json must encode exactly as easylemur does: code, whitespace runs,
+    unicode, and the ChatML markers inside text. The literal text of BOS/EOS/UNK/pad is left out:
+    easylemur keeps it as text on purpose, where HF matches the token (spm.Tokenizer.encode)."""
+    import random
+
+    rnd = random.Random(0)
+    pieces = ["def f(x):\n\treturn x  +  1\n", "    if a == b:\n        print('héllo wörld 1234567')\n", "  ", " ",
+              "\n\n", "\r\n", "\t", "emoji 🦙🎉", "代码 コード 코드", "{\"k\": [1, 2.5, 0x1F]}", "n't 's", "▁x", "\u00a0",
+              "#include <stdio.h>", "a<|b|>c"]
+    if tok.has_chatml:
+        pieces += ["<|im_start|>", "<|im_end|>", "<|im_start|>user\n", "<|im_end|>\n"]
+    out = list(pieces)
+    for _ in range(64):
+        out.append("".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 6))))
+    specials = {tok.id_to_piece(i) for i in (tok.bos_id, tok.eos_id, tok.pad_id) if i is not None and i >= 0}
+    if hasattr(tok, "sp"):
+        specials.add(tok.sp.id_to_piece(tok.sp.unk_id()))
+    return [t for t in out if not any(sp in t for sp in specials)]
+
+
+def write_fast_tokenizer(out_dir: Path, tok: Any, log) -> bool:
+    """Writes `tokenizer.json` (transformers' fast tokenizer, converted from tokenizer.model)
+    beside a sentencepiece export, so that transformers and vLLM load it without converting;
+    kept only when AutoTokenizer on the export gives easylemur's ids on `_check_strings`.
+    transformers is optional: without it nothing is written and the log says so."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        log("note: transformers is not installed, so no tokenizer.json was written (transformers and vLLM convert "
+            "tokenizer.model when they load it); `pip install transformers` before to-hf writes one")
+        return False
+    target = out_dir / "tokenizer.json"
+    problem = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            AutoTokenizer.from_pretrained(out_dir).save_pretrained(tmp)
+            if not (Path(tmp) / "tokenizer.json").is_file():
+                raise RuntimeError("transformers wrote no tokenizer.json")
+            shutil.copyfile(Path(tmp) / "tokenizer.json", target)
+        fast = AutoTokenizer.from_pretrained(out_dir)
+        if not fast.is_fast:
+            problem = f"AutoTokenizer loaded it as {type(fast).__name__}, not a fast tokenizer"
+        for text in _check_strings(tok) if problem is None else []:
+            theirs, ours = fast(text, add_special_tokens=False)["input_ids"], tok.encode(text)
+            if list(theirs) != list(ours):
+                problem = f"gives other ids than easylemur's tokenizer for {text!r} ({list(theirs)[:8]} vs {ours[:8]})"
+                break
+    except Exception as e:  # a converter that fails is a missing convenience, never a failed export
+        problem = f"could not be made ({type(e).__name__}: {e})"
+    if problem is not None:
+        target.unlink(missing_ok=True)
+        log(f"note: no tokenizer.json written: transformers' fast tokenizer {problem}; tokenizer.model alone is the "
+            "tokenizer (transformers and vLLM convert it on load)")
+        return False
+    return True
+
+
 def check_export_out(out: str | Path, checkpoint_path: str | Path, overwrite: bool) -> Path:
     """`out` as a local real path. A directory that is not empty is refused unless `overwrite`;
     one that holds easylemur checkpoints, or the checkpoint being exported, always."""
@@ -570,9 +694,13 @@ def check_export_out(out: str | Path, checkpoint_path: str | Path, overwrite: bo
 
 
 def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = None, dtype: str = "bfloat16",
-          max_shard_size: str | int = "5GB", overwrite: bool = False, log=None) -> Path:
+          max_shard_size: str | int = "5GB", overwrite: bool = False, chat_template: str | None = None,
+          log=None) -> Path:
     """easylemur checkpoint -> HF directory (sharded safetensors + index, config.json,
-    generation_config.json, tokenizer files with the ChatML chat template); returns out.
+    generation_config.json, tokenizer files, `tokenizer.json` beside a sentencepiece model when
+    transformers is installed and agrees); returns out. The chat template and the <|im_end|> stop
+    follow the checkpoint's meta chat_format unless `chat_template` (`export_chat_template`)
+    says otherwise; tokenizer_config.json's model_max_length is the model's context.
 
     The export is written into `OUT.incomplete-XXXXXX` beside `out` and renamed to `out` when
     complete. With `overwrite` a non-empty `out` is replaced whole by a directory holding
@@ -604,18 +732,25 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
 
     tok_path = reader.saved.tokenizer_path()
     tok = load_tokenizer(tok_path) if tok_path is not None else None
+    template, why = export_chat_template(reader.saved, tok, chat_template)
+    notes: list[str] = []  # what the export holds, said once it is in place (a failure says one line)
     note_leftovers(final, log)
     staged = _staging_dir(final)
     try:
         index = write_sharded_safetensors(staged, items, max_bytes)
-        # every stop id: EOS, <|im_end|> (chat models end a turn with it, never EOS), <|eot_id|>,
-        # and the ids the checkpoint carries from its source's generation_config.json
-        eos_ids = hf.stop_ids(cfg.eos_token_id, tok, reader.saved.stop_ids)
+        # every stop id: EOS, <|im_end|> when the chat template ends turns with it (chat models
+        # never train EOS after a turn), <|eot_id|>, and the ids the checkpoint carries from its
+        # source's generation_config.json
+        eos_ids = export_stop_ids(cfg.eos_token_id, tok, reader.saved.stop_ids, template)
         pad_id = None
         if tok is not None:
             if tok.vocab_size > cfg.vocab_size:
                 log(f"warning: tokenizer has {tok.vocab_size} pieces, the model {cfg.vocab_size} rows")
-            tok.save_hf(staged)
+            tok.save_hf(staged, template, write_chat_template=template is not None,
+                        model_max_length=cfg.max_position_embeddings)
+            notes.append(f"chat template: {why}")
+            if tok.kind == "spm" and write_fast_tokenizer(staged, tok, notes.append):
+                notes.append("wrote tokenizer.json (transformers' fast tokenizer, its ids checked against easylemur's)")
             pad_id = tok.pad_id
         else:
             log("note: the checkpoint carries no tokenizer; none written")
@@ -637,6 +772,8 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
         log(f"--force: replaced in {out}: {_names(replaced, limit=len(replaced))}")
     if kept:
         log(f"--force: kept in {out} (no model files): {_names(kept, limit=len(kept))}")
+    for note in notes:
+        log(note)
     n_files = len(set(index["weight_map"].values()))
     log(f"wrote {len(items)} tensors ({index['metadata']['total_size'] / 1e9:.3g} GB, {dtype}) in {n_files} shard(s) to {out}")
     return Path(out)
@@ -665,8 +802,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="replace an earlier conversion in --out (never a training run's checkpoints)")
     b = sub.add_parser("to-hf", help="easylemur checkpoint -> HF directory",
                        description="Export an easylemur checkpoint as a Hugging Face Llama directory: sharded "
-                                   "safetensors + index, config.json, generation_config.json, tokenizer files "
-                                   "with the ChatML chat template.")
+                                   "safetensors + index, config.json, generation_config.json, tokenizer files; "
+                                   "a chat template (and the <|im_end|> stop) only for a chat-tuned model.")
     b.add_argument("--checkpoint", required=True, metavar="CKPT", help="a workdir (newest step), checkpoints dir or step dir")
     b.add_argument("--step", type=int, default=None, help="step to export (default: the newest)")
     b.add_argument("--out", required=True, metavar="DIR", help="output HF directory")
@@ -677,6 +814,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true",
                    help="replace the model in a non-empty --out (its weight, config and tokenizer files are "
                         "removed and listed; other files are kept)")
+    tmpl = b.add_mutually_exclusive_group()
+    tmpl.add_argument("--chat-template", nargs="?", const="auto", choices=["auto", "chatml", "model"], default=None,
+                      help="write a chat template whatever the checkpoint's chat_format says: chatml (ChatML's), "
+                           "model (the tokenizer's own); auto or bare: the tokenizer's own when it has one, else ChatML's")
+    tmpl.add_argument("--no-chat-template", action="store_const", const="none", dest="chat_template",
+                      help="write no chat template (and no <|im_end|> stop the source did not declare)")
     for p in (ap, a, b):
         add_debug_flag(p)
     return ap
@@ -690,7 +833,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"checkpoint": str(step_dir)}))
     else:
         out = to_hf(args.checkpoint, args.out, step=args.step, dtype=args.dtype,
-                    max_shard_size=args.max_shard_size, overwrite=args.force)
+                    max_shard_size=args.max_shard_size, overwrite=args.force, chat_template=args.chat_template)
         print(json.dumps({"hf_dir": str(out)}))
     return 0
 

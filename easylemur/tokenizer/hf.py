@@ -195,10 +195,13 @@ class HFTokenizer:
         """The id of a vocabulary entry (byte-level form, "Ġx"), None when there is none."""
         return self.tok.token_to_id(piece)
 
-    def save_hf(self, out_dir: str | os.PathLike, chat_template: str | None = None) -> None:
+    def save_hf(self, out_dir: str | os.PathLike, chat_template: str | None = None, *, write_chat_template: bool = True,
+                model_max_length: int | None = None) -> None:
         """Writes tokenizer.json (these bytes) and tokenizer_config.json (the one read, with
         `chat_template` when given; without one, the source's, else easylemur's ChatML template
-        when the tokenizer has the markers) for `AutoTokenizer.from_pretrained(out_dir)`."""
+        when the tokenizer has the markers; write_chat_template=False: none at all, the source's
+        removed) for `AutoTokenizer.from_pretrained(out_dir)`. `model_max_length`, when given,
+        replaces the source's (to-hf: the model's max_position_embeddings)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         target = out / TOKENIZER_JSON
@@ -207,7 +210,12 @@ class HFTokenizer:
         cfg = dict(self.config)
         cfg.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
         cfg.setdefault("eos_token", self.id_to_piece(self.eos_id))
-        if chat_template is None and not cfg.get("chat_template") and self.has_chatml:
+        if model_max_length:
+            cfg["model_max_length"] = int(model_max_length)
+        if not write_chat_template:
+            cfg.pop("chat_template", None)
+            chat_template = None
+        elif chat_template is None and not cfg.get("chat_template") and self.has_chatml:
             from easylemur.data.chat import CHAT_TEMPLATE
 
             # no BOS: the template writes none either (render_chat starts at <|im_start|>)

@@ -206,12 +206,19 @@ class Tokenizer:
     def piece_to_id(self, piece: str) -> int:
         return self.sp.piece_to_id(piece)
 
-    def save_hf(self, out_dir: str | os.PathLike, chat_template: str | None = None) -> None:
+    def save_hf(self, out_dir: str | os.PathLike, chat_template: str | None = None, *, write_chat_template: bool = True,
+                model_max_length: int | None = None) -> None:
         """Writes tokenizer.model, tokenizer_config.json and special_tokens_map.json so that
         `transformers.AutoTokenizer.from_pretrained(out_dir)` encodes exactly like `encode`
         (no BOS added by the template-free call is the caller's choice: add_bos_token=True
-        mirrors how easylemur feeds documents; the chat template writes BOS itself)."""
-        if chat_template is None:
+        mirrors how easylemur feeds documents; the chat template writes BOS itself).
+
+        `chat_template` None: ChatML's when the tokenizer has the markers (to-hf decides per the
+        checkpoint's chat_format and passes its choice); write_chat_template=False: none at all.
+        `model_max_length`: the model's context (to-hf: max_position_embeddings), else 2^30."""
+        if not write_chat_template:
+            chat_template = None
+        elif chat_template is None:
             from easylemur.data.chat import CHAT_TEMPLATE
 
             chat_template = CHAT_TEMPLATE if self.has_chatml else None
@@ -230,7 +237,7 @@ class Tokenizer:
                              "normalized": False, "single_word": False, "special": True}
         cfg = {
             "tokenizer_class": "LlamaTokenizer",
-            "model_max_length": 1 << 30,
+            "model_max_length": int(model_max_length) if model_max_length else 1 << 30,
             "bos_token": piece(self.bos_id),
             "eos_token": piece(self.eos_id),
             "unk_token": piece(self.sp.unk_id()),

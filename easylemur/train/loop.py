@@ -110,7 +110,8 @@ def train(cfg: ConfigDict) -> dict:
                     with logger.side_job():  # not step time (tokens/s)
                         model_meta.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
                                             data_state=data.get_state(), nan_skips=logger.nan_skips,
-                                            config=cfg.to_dict(), force=last or stopping, stop_ids=run.stop_ids)
+                                            config=cfg.to_dict(), force=last or stopping, stop_ids=run.stop_ids,
+                                            inherited_chat_format=run.chat_format)
                 if stopping:
                     store.check_save_errors(mngr, wait=True)
                     print(f"stopped: saved step {step} in {workdir / 'checkpoints'}; run the same command to resume",

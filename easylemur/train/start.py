@@ -66,6 +66,9 @@ class Run:
     # the stop ids the model declares (init.from's generation_config.json or checkpoint meta),
     # carried into every checkpoint so that generate and to-hf stop where the source model did
     stop_ids: list[int] = dataclasses.field(default_factory=list)
+    # init.from's (or the resumed checkpoint's) chat_format, kept by a run that trains on text
+    # only (model_meta.run_chat_format)
+    chat_format: Optional[str] = None
 
 
 def resolve_model_config(cfg: ConfigDict, tokenizer: Tokenizer, source: Any = None,
@@ -168,7 +171,8 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
               flush=True)
         say_changed_settings(cfg, resume, spec.model_cfg)
         return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, step,
-                   resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)), resume.stop_ids)
+                   resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)), resume.stop_ids,
+                   resume.chat_format)
     if skipped:
         raise store.CheckpointError(
             f"{mngr.directory}: no checkpoint restores ({'; '.join(skipped)}); the damaged steps were moved "
@@ -184,7 +188,17 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
               flush=True)
     opt_state = jax.jit(ts.tx.init, out_shardings=ts.state_shardings["opt_state"])(params)
     return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0,
-               _source_stop_ids(spec.source))
+               _source_stop_ids(spec.source), _source_chat_format(spec.source))
+
+
+def _source_chat_format(source: Any) -> Optional[str]:
+    """init.from's chat_format (model_meta.run_chat_format carries it when a run trains on text
+    only): an HF directory's per its chat template, a checkpoint's meta (None before the key)."""
+    if source is None:
+        return None
+    if isinstance(source, str):
+        return model_meta.hf_dir_chat_format(source)
+    return getattr(source, "chat_format", None)
 
 
 def _source_stop_ids(source: Any) -> list[int]:
