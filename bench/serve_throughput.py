@@ -1,0 +1,126 @@
+"""Serving throughput: `python -m easylemur.serve`'s continuous batching at 1, 8 and 32
+concurrent clients against transformers' `generate` one request at a time and batched, on the
+same random Llama (default about 10M parameters: d=256, 4 layers, 4 heads, ff 704, vocab 32000),
+the same prompts, greedy, on this machine.
+
+    python bench/serve_throughput.py [--clients 1,8,32 --new-tokens 64 --prompt-len 32 --requests-per-client 2]
+
+The server runs in this process (HTTP on 127.0.0.1, a free port, --slots = the largest client
+count, --max-len = prompt + new tokens) after a warm-up that compiles its programs; each client
+is a thread sending its requests one after another over HTTP (stdlib urllib). transformers
+decodes exactly --new-tokens per row; the server may stop a row early at an end id (the random
+model rarely says one), so tokens/s counts the tokens it returned. Prints one JSON line per
+client count with both rates and their ratios, then a summary line. Not a test: timings go here,
+never into assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import time
+import urllib.request
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--requests-per-client", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--ff", type=int, default=704)
+    ap.add_argument("--vocab", type=int, default=32000)
+    args = ap.parse_args()
+
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig as HFConfig
+    from transformers import LlamaForCausalLM
+
+    import easylemur
+    from easylemur.serve.server import Server
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(HFConfig(
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, num_key_value_heads=args.heads, max_position_embeddings=4096,
+        tie_word_embeddings=False)).eval()
+    params = sum(p.numel() for p in hf.parameters())
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_pretrained(d)
+        ours = easylemur.load(d)  # float32 compute, like the torch model
+
+    levels = [int(c) for c in args.clients.split(",")]
+    N, P = args.new_tokens, args.prompt_len
+    srv = Server(ours, port=0, slots=max(levels), max_queue=max(levels) * args.requests_per_client + 8,
+                 max_len=P + N + 1)
+    t = time.perf_counter()
+    srv.warmup()
+    url = f"http://127.0.0.1:{srv.port}/v1/completions"
+    srv.start()
+    rng = np.random.default_rng(0)
+    _post(url, {"prompt": rng.integers(3, args.vocab, P).tolist(), "max_tokens": 2, "temperature": 0})  # the prefill bucket
+    compile_s = time.perf_counter() - t
+
+    rows = []
+    for C in levels:
+        prompts = rng.integers(3, args.vocab, (C, args.requests_per_client, P)).tolist()
+        done = [0] * C
+
+        def client(i: int) -> None:
+            for p in prompts[i]:
+                r = _post(url, {"prompt": p, "max_tokens": N, "temperature": 0})
+                done[i] += r["usage"]["completion_tokens"]
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(C)]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        serve_s = time.perf_counter() - t
+        n_req = C * args.requests_per_client
+        serve_rps, serve_tps = n_req / serve_s, sum(done) / serve_s
+
+        with torch.no_grad():
+            one = torch.tensor([prompts[0][0]])
+            hf.generate(one, max_new_tokens=N, min_new_tokens=N, do_sample=False, pad_token_id=0)  # warm-up
+            seq_s = _timed(lambda: hf.generate(one, max_new_tokens=N, min_new_tokens=N, do_sample=False, pad_token_id=0))
+            batch = torch.tensor([p[0] for p in prompts])
+            bat_s = _timed(lambda: hf.generate(batch, max_new_tokens=N, min_new_tokens=N, do_sample=False,
+                                               pad_token_id=0))
+        seq_rps, bat_rps = 1 / seq_s, C / bat_s
+        row = {"clients": C, "requests": n_req, "new_tokens": N, "prompt_len": P,
+               "serve_req_s": serve_rps, "serve_tok_s": serve_tps,
+               "transformers_one_at_a_time_req_s": seq_rps, "transformers_one_at_a_time_tok_s": seq_rps * N,
+               "transformers_batched_req_s": bat_rps, "transformers_batched_tok_s": bat_rps * N,
+               "ratio_vs_one_at_a_time": serve_rps / seq_rps, "ratio_vs_batched": serve_rps / bat_rps}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    srv.shutdown()
+    print(json.dumps({"params": params, "slots": max(levels), "server_compile_s": compile_s,
+                      "torch_threads": torch.get_num_threads(), "cores": os.cpu_count(), "results": rows}))
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+if __name__ == "__main__":
+    main()

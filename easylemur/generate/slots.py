@@ -1,0 +1,227 @@
+"""A slot-based, step-wise decode engine for continuous batching (the server's engine,
+`easylemur/serve`; docs/design.md "Serving").
+
+`Decoder` (engine.py) compiles prefill and the whole decode loop of one batch as one program;
+a server instead needs requests to join and leave between decoding steps. Here a fixed number
+of slots share one KV cache of shape [slots, max_len] per layer:
+
+- `prefill(slot, ids)` runs one prompt (right-padded to a power-of-two bucket, padding in
+  segment 0) into that slot's cache rows, from column 0, and keeps the logits of its last token
+  on device for the next `step`. One program per prompt bucket.
+- `step()` samples one token for every slot from its kept logits (greedy, or temperature/top-p
+  with the slot's own seed) and runs it through the model at that slot's own position. One
+  program for the whole slot batch, whatever slots are active.
+
+Each slot's cache column equals its token's position, so a slot's cache index is its next
+position. The model's cache path has one scalar index per cache; `jax.vmap` over the slot axis
+gives each slot its own index (the write becomes a scatter), reusing `cached_attention` as is.
+Columns past a slot's index hold stale entries of an earlier request or prompt padding: the
+causal mask hides them until the slot writes them itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from easylemur.generate.engine import GenerateError, _bucket
+from easylemur.model.llama import Llama, LlamaConfig, init_cache, lm_head_kernel
+
+# How many top logprobs every step and echo returns to the host (OpenAI allows at most 5 for the
+# legacy completions and 20 for chat); the server slices what a request asked for.
+TOP_LOGPROBS = 20
+
+
+@dataclasses.dataclass
+class StepOutput:
+    """One decoding step, per slot (rows of inactive slots are meaningless)."""
+
+    tokens: np.ndarray  # [slots] int32
+    logprobs: np.ndarray  # [slots] float32: log_softmax of the raw logits at the chosen token
+    top_ids: np.ndarray  # [slots, TOP_LOGPROBS]
+    top_logprobs: np.ndarray  # [slots, TOP_LOGPROBS]
+
+
+@dataclasses.dataclass
+class PromptLogprobs:
+    """Echo: for prompt token t >= 1, its logprob given the tokens before it, and the top
+    alternatives at that position (row t - 1 of the logits)."""
+
+    logprobs: np.ndarray  # [len - 1]
+    top_ids: np.ndarray  # [len - 1, TOP_LOGPROBS]
+    top_logprobs: np.ndarray  # [len - 1, TOP_LOGPROBS]
+
+
+def _top_p_filter(logits: jax.Array, top_p: jax.Array) -> jax.Array:
+    """The smallest set of most likely tokens whose probability reaches top_p (per row, [B]);
+    the rest become -inf. The same rule as engine._filter_logits with top_k 0."""
+    V = logits.shape[-1]
+    srt = -jnp.sort(-logits, axis=-1)
+    cum = jnp.cumsum(jax.nn.softmax(srt, axis=-1), axis=-1)
+    last = jnp.where(top_p < 1.0, jnp.sum(cum < top_p[:, None], axis=-1), V - 1)[:, None]
+    threshold = jnp.take_along_axis(srt, last, axis=-1)
+    return jnp.where(logits < threshold, -jnp.inf, logits)
+
+
+class SlotEngine:
+    """Slots over one KV cache; not thread-safe (one scheduler thread owns it)."""
+
+    def __init__(self, cfg: LlamaConfig, params: Any, *, slots: int = 8, max_len: Optional[int] = None,
+                 mesh: Optional[Mesh] = None):
+        if cfg.scan_layers:
+            raise GenerateError("decoding needs the unscanned layer layout (load the model with easylemur.load)")
+        if slots < 1:
+            raise GenerateError(f"slots={slots} must be >= 1")
+        self.cfg, self.params, self.mesh = cfg, params, mesh
+        self.slots = slots
+        self.max_len = int(max_len or cfg.max_position_embeddings)
+        if not 1 <= self.max_len <= cfg.max_position_embeddings:
+            raise GenerateError(f"max_len={self.max_len} must be in [1, max_position_embeddings="
+                                f"{cfg.max_position_embeddings}]")
+        self.cache = init_cache(cfg, slots, self.max_len)
+        self.index = jnp.zeros((slots,), jnp.int32)  # each slot's next column == next position
+        self.logits = jnp.zeros((slots, cfg.vocab_size), jnp.float32)  # what the next step samples from
+        # per-slot sampling state, host side (small; sent every step)
+        self.active = np.zeros((slots,), bool)
+        self.temperature = np.zeros((slots,), np.float32)
+        self.top_p = np.ones((slots,), np.float32)
+        self.seed = np.zeros((slots,), np.uint32)
+        self.count = np.zeros((slots,), np.int32)  # tokens sampled so far: the step index of the key
+        self.length = np.zeros((slots,), np.int32)  # host mirror of `index`
+        self._prefill: dict[tuple[int, bool], Any] = {}
+        self._step = self._build_step()
+
+    # ------------------------------------------------------------------ programs
+
+    def _slot_apply(self, net, params, tok, pos, seg, cache_row, idx):
+        """One slot's forward through the model's own cache path (a batch of 1)."""
+        cache = [{"k": c["k"][None], "v": c["v"][None], "seg": c["seg"][None], "index": idx} for c in cache_row]
+        logits, cache = net.apply({"params": params}, tok, pos, seg, cache=cache)
+        return logits[0, -1], [{"k": c["k"][0], "v": c["v"][0], "seg": c["seg"][0]} for c in cache]
+
+    def _build_step(self):
+        cfg, net = self.cfg, Llama(self.cfg, self.mesh)
+
+        def step(params, cache, logits, index, active, temperature, top_p, seed, count):
+            # sample from the kept logits: greedy rows take the argmax; sampling rows use
+            # fold_in(fold_in(PRNGKey(seed), 0), count), the key Decoder gives a row with its own seed
+            greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+            def sampled(_):
+                lg = logits / jnp.maximum(temperature, 1e-6)[:, None]
+                lg = jax.lax.cond(jnp.any(top_p < 1.0), lambda x: _top_p_filter(x, top_p), lambda x: x, lg)
+                keys = jax.vmap(lambda s, c: jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(s), 0), c))(
+                    seed, count)
+                return jax.vmap(jax.random.categorical)(keys, lg).astype(jnp.int32)
+
+            any_sample = jnp.any(active & (temperature > 0))
+            tok = jax.lax.cond(any_sample, sampled, lambda _: greedy, None)
+            tok = jnp.where(temperature > 0, tok, greedy)
+            logp = jax.nn.log_softmax(logits, axis=-1)
+            tok_lp = jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
+            top_lp, top_ids = jax.lax.top_k(logp, min(TOP_LOGPROBS, cfg.vocab_size))
+
+            rows = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in cache]
+            seg = active.astype(jnp.int32)[:, None, None]  # inactive slots write segment 0: attended by nothing
+
+            def one(t, idx, s, row):
+                return self._slot_apply(net, params, t[None, None], idx[None, None], s, row, idx)
+
+            new_logits, new_rows = jax.vmap(one)(tok, index, seg, rows)
+            # an inactive slot keeps its index (its write lands past its index, hidden by the mask)
+            new_index = jnp.where(active, jnp.minimum(index + 1, self.max_len - 1), index)
+            return new_rows, new_logits, new_index, (tok, tok_lp, top_ids, top_lp)
+
+        return jax.jit(step, donate_argnums=(1, 2))
+
+    def _build_prefill(self, bucket: int, echo: bool):
+        cfg, net = self.cfg, Llama(self.cfg, self.mesh)
+        dt = jnp.dtype(cfg.dtype)
+
+        def prefill(params, cache, logits, index, slot, ids, length):
+            row = [{"k": c["k"][slot][None], "v": c["v"][slot][None], "seg": c["seg"][slot][None],
+                    "index": jnp.zeros((), jnp.int32)} for c in cache]
+            cols = jnp.arange(bucket, dtype=jnp.int32)[None]
+            seg = (cols < length).astype(jnp.int32)  # right padding: segment 0, attended by no real token
+            hidden, row = net.apply({"params": params}, ids, cols, seg, cache=row, return_hidden=True)
+            w = lm_head_kernel(params, cfg).astype(dt)
+
+            def head(h):  # as Decoder's last-position head: compute dtype in, float32 out
+                return jax.lax.dot_general(h.astype(dt), w, (((h.ndim - 1,), (0,)), ((), ())),
+                                           preferred_element_type=jnp.float32)
+
+            last = head(jax.lax.dynamic_index_in_dim(hidden[0], length - 1, keepdims=False))
+            cache = [{"k": c["k"].at[slot].set(r["k"][0]), "v": c["v"].at[slot].set(r["v"][0]),
+                      "seg": c["seg"].at[slot].set(r["seg"][0])} for c, r in zip(cache, row)]
+            logits = logits.at[slot].set(last)
+            index = index.at[slot].set(length)
+            extra = None
+            if echo:
+                logp = jax.nn.log_softmax(head(hidden[0]), axis=-1)  # [bucket, V]
+                nxt = jnp.concatenate([ids[0, 1:], jnp.zeros((1,), jnp.int32)])
+                tok_lp = jnp.take_along_axis(logp, nxt[:, None], axis=-1)[:, 0]
+                top_lp, top_ids = jax.lax.top_k(logp, min(TOP_LOGPROBS, cfg.vocab_size))
+                extra = (tok_lp, top_ids, top_lp)
+            return cache, logits, index, last, extra
+
+        return jax.jit(prefill, donate_argnums=(1, 2))
+
+    # ------------------------------------------------------------------ host side
+
+    def prefill_bucket(self, n: int) -> int:
+        return min(_bucket(n, 16), self.max_len)
+
+    def prefill(self, slot: int, ids: Sequence[int], *, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                echo: bool = False) -> tuple[np.ndarray, Optional[PromptLogprobs]]:
+        """Writes prompt `ids` into `slot` (replacing whatever it held) and activates it; returns
+        the logits [V] after its last token (and with `echo`, the prompt's logprobs)."""
+        ids = [int(t) for t in ids]
+        n = len(ids)
+        if not 1 <= n < self.max_len:
+            raise GenerateError(f"prompt of {n} tokens: must be 1..{self.max_len - 1} (the cache length)")
+        bad = [t for t in ids if not 0 <= t < self.cfg.vocab_size]
+        if bad:
+            raise GenerateError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
+        bucket = self.prefill_bucket(n)
+        key = (bucket, bool(echo))
+        if key not in self._prefill:
+            self._prefill[key] = self._build_prefill(bucket, bool(echo))
+        arr = np.zeros((1, bucket), np.int32)
+        arr[0, :n] = ids
+        cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
+        cache, self.logits, self.index, last, extra = self._prefill[key](
+            self.params, cache, self.logits, self.index, np.int32(slot), arr, np.int32(n))
+        self.cache = cache
+        self.active[slot] = True
+        self.temperature[slot], self.top_p[slot] = temperature, top_p
+        self.seed[slot], self.count[slot], self.length[slot] = int(seed) % 2**32, 0, n
+        prompt = None
+        if echo:
+            lp, ti, tl = (np.asarray(x) for x in jax.device_get(extra))
+            prompt = PromptLogprobs(lp[: n - 1], ti[: n - 1], tl[: n - 1])
+        return np.asarray(last), prompt
+
+    def release(self, slot: int) -> None:
+        """Frees `slot`; its cache rows stay until the next prefill overwrites them."""
+        self.active[slot] = False
+        self.temperature[slot] = 0.0
+
+    def step(self) -> StepOutput:
+        """One token for every active slot, each at its own position."""
+        cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
+        self.cache, self.logits, self.index, out = self._step(
+            self.params, cache, self.logits, self.index, self.active, self.temperature, self.top_p, self.seed,
+            self.count)
+        tok, lp, ti, tl = (np.asarray(x) for x in jax.device_get(out))
+        self.count[self.active] += 1
+        self.length[self.active] += 1
+        return StepOutput(tok, lp, ti, tl)
+
+    def room(self, slot: int) -> int:
+        """How many more tokens `slot` can decode before its cache row is full."""
+        return self.max_len - int(self.length[slot])
