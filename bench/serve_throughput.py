@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import threading
 import time
 import urllib.request
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from random_llama import add_model_args, random_llama  # noqa: E402 (bench/, run as a script)
 
 
 def main() -> None:
@@ -33,30 +34,15 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--requests-per-client", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--ff", type=int, default=704)
-    ap.add_argument("--vocab", type=int, default=32000)
+    add_model_args(ap, hidden=256, layers=4, heads=4, ff=704, vocab=32000)
     args = ap.parse_args()
 
     import numpy as np
     import torch
-    from transformers import LlamaConfig as HFConfig
-    from transformers import LlamaForCausalLM
 
-    import easylemur
     from easylemur.serve.server import Server
 
-    torch.manual_seed(0)
-    hf = LlamaForCausalLM(HFConfig(
-        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff, num_hidden_layers=args.layers,
-        num_attention_heads=args.heads, num_key_value_heads=args.heads, max_position_embeddings=4096,
-        tie_word_embeddings=False)).eval()
-    params = sum(p.numel() for p in hf.parameters())
-    with tempfile.TemporaryDirectory() as d:
-        hf.save_pretrained(d)
-        ours = easylemur.load(d)  # float32 compute, like the torch model
+    hf, ours, params = random_llama(args)  # float32 compute on both sides
 
     levels = [int(c) for c in args.clients.split(",")]
     N, P = args.new_tokens, args.prompt_len
