@@ -102,3 +102,131 @@ def test_aot_compiles_the_model_train_resolves(tmp_path):
     missing = load_config("configs/tiny_chat.py", [f"workdir={tmp_path / 'w'}", f"init.from={tmp_path / 'nothing'}"])
     model_cfg, source = run_model_config(missing)
     assert model_cfg.hidden_size == 128 and source.startswith("preset 'tiny'")
+
+
+# --- --cost: the step's cost estimate (train/hlo_cost.py) ---
+
+def test_replica_groups_in_the_forms_xla_prints():
+    from easylemur.train.hlo_cost import group_axes, replica_groups
+
+    assert replica_groups("replica_groups={{0,1},{2,3}}, x", 4) == [[0, 1], [2, 3]]
+    assert replica_groups("replica_groups={}, x", 4) == [[0, 1, 2, 3]]  # empty: every device
+    assert replica_groups("replica_groups=[2,2]<=[4], x", 4) == [[0, 1], [2, 3]]
+    assert replica_groups("replica_groups=[2,2]<=[2,2]T(1,0), x", 4) == [[0, 2], [1, 3]]
+    assert replica_groups("replica_groups=mesh['a'=2,'b'=4] {'b'}, x", 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert replica_groups("replica_groups=mesh['a'=2,'b'=4] {'a'}, x", 8)[0] == [0, 4]
+    # XLA's examples for a mesh axis "a"=8: a:(1)2 -> [8] as [1,2,4] over dim 1; a:(1)2,a:(4)2 -> [2,2,2] over 0 and 2
+    assert replica_groups("replica_groups=mesh['a'=8] {'a':(1)2}, x", 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert sorted(replica_groups("replica_groups=mesh['a'=8] {'a':(1)2,'a':(4)2}, x", 8)[0]) == [0, 1, 4, 5]
+    assert group_axes([0, 4], {"data": 2, "fsdp": 4}) == "data"
+    assert group_axes([4, 5, 6, 7], {"data": 2, "fsdp": 4}) == "fsdp"
+    assert group_axes(list(range(8)), {"data": 2, "fsdp": 4, "tensor": 1}) == "data+fsdp"
+
+
+def test_roofline_arithmetic():
+    from easylemur.train.hlo_cost import CHIPS, roofline
+    from easylemur.train.metrics import _PEAKS
+
+    v4 = CHIPS["v4"]
+    assert dict(_PEAKS)["v4"] == v4.peak_flops and dict(_PEAKS)["v5p"] == CHIPS["v5p"].peak_flops  # one peak table
+    r = roofline(flops=275e12, hbm_bytes=600e9, ici_bytes=v4.ici_bandwidth, chip=v4, tokens_per_step=2**21)
+    assert r["compute_s"] == pytest.approx(1.0) and r["hbm_s"] == pytest.approx(0.5)
+    assert r["ici_s"] == pytest.approx(2.0)  # sent bytes against half the bidirectional bandwidth
+    assert r["bound_by"] == "ici" and r["step_s_bound"] == pytest.approx(2.0) and r["mfu_bound"] == pytest.approx(0.5)
+    assert r["days_for_train_tokens"] == pytest.approx(90e9 / 2**21 * 2.0 / 86400)
+
+
+def _tiny_step_hlo(overrides: list[str], topology: str = "v5e:2x2"):
+    """The compiled train step of a 2-layer tiny model on a small TPU topology."""
+    from easylemur import sharding
+    from easylemur.train.aot import default_chip_config, topology_devices
+    from easylemur.train.step import build_train_step
+
+    cfg = load_config("configs/tiny_pretrain.py", [f"workdir={NO_RUN}", "model.num_layers=2", "model.remat=full",
+                                                   "train.batch_size=8", "model.attention=blockwise", *overrides])
+    mesh = sharding.make_mesh(cfg.mesh, topology_devices(topology, default_chip_config(topology)))
+    model_cfg, _ = run_model_config(cfg)
+    compiled = build_train_step(cfg, model_cfg, mesh).lower(8, cfg.data.seq_len, mesh).compile()
+    return compiled.as_text(), model_cfg, mesh
+
+
+def _layer_matrix_bytes(m) -> int:
+    """bf16 bytes of every layer's weight matrices (norm vectors aside)."""
+    d, f, hd = m.hidden_size, m.intermediate_size, m.hd
+    return 2 * m.num_layers * (d * hd * (2 * m.num_heads + 2 * m.num_kv_heads) + 3 * d * f)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_collectives_of_a_pure_fsdp_step_from_its_hlo():
+    """Pure FSDP over 4 devices: every collective spans the fsdp axis; each layer's weights are
+    gathered (bf16) for the forward and again for the backward (remat=full keeps nothing),
+    at most three times (forward, remat, backward), each gather moving (n-1)/n of them; remat
+    moves nothing to the host."""
+    from easylemur.train.hlo_cost import collective_bytes, host_transfer_bytes
+
+    text, m, mesh = _tiny_step_hlo(["mesh=data:1,fsdp:-1,tensor:1", "model.scan_layers=false"])
+    out = collective_bytes(text, dict(mesh.shape))
+    assert set(out["bytes_by_axis"]) == {"fsdp"} and out["unparsed_ops"] == 0, out
+    gathered = _layer_matrix_bytes(m) * 3 / 4
+    head = 2 * m.hidden_size * m.vocab_size * 3 / 4
+    assert 2 * gathered <= out["bytes_by_kind"]["all-gather"] <= 3 * (gathered + head), out
+    assert out["bytes_by_kind"]["reduce-scatter"] >= _layer_matrix_bytes(m) * 3 / 4 * 0.8, out  # the gradients
+    assert host_transfer_bytes(text) == {"to_host": 0.0, "from_host": 0.0}
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_scanned_collectives_and_offload_counted_per_layer():
+    """The same step scanned: the loop's body holds one layer's collectives, which the trip
+    count read from the HLO multiplies back to the unscanned total; remat=full_offload moves
+    each layer's input [rows, T, d] (bf16) to the host and back once."""
+    from easylemur.train.hlo_cost import collective_bytes, host_transfer_bytes
+
+    common = ["mesh=data:1,fsdp:-1,tensor:1"]
+    unscanned, _, mesh = _tiny_step_hlo(common + ["model.scan_layers=false"])
+    scanned, m, _ = _tiny_step_hlo(common + ["model.scan_layers=true"])
+    a, b = collective_bytes(unscanned, dict(mesh.shape)), collective_bytes(scanned, dict(mesh.shape))
+    assert b["loops"] and all(loop["trips"] is not None for loop in b["loops"]), b["loops"]
+    for kind in ("all-gather", "reduce-scatter"):
+        assert b["bytes_by_kind"][kind] == pytest.approx(a["bytes_by_kind"][kind], rel=0.1), (kind, a, b)
+    assert b["total_bytes"] == pytest.approx(a["total_bytes"], rel=0.1)
+    offload, _, _ = _tiny_step_hlo(common + ["model.scan_layers=true", "model.remat=full_offload"])
+    layer_input = 8 // 4 * 256 * m.hidden_size * 2  # rows per device x T x d, bf16
+    assert host_transfer_bytes(offload) == {"to_host": m.num_layers * layer_input, "from_host": m.num_layers * layer_input}
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_collectives_map_to_their_mesh_axes():
+    """fsdp 2 x tensor 2: the weight gathers span fsdp, the tensor-parallel activations' reductions
+    span tensor."""
+    from easylemur.train.hlo_cost import collective_bytes
+
+    text, _, mesh = _tiny_step_hlo(["mesh=data:1,fsdp:2,tensor:2", "model.scan_layers=true"])
+    axes = collective_bytes(text, dict(mesh.shape))["bytes_by_axis"]
+    assert axes.get("fsdp", 0) > 0 and axes.get("tensor", 0) > 0, axes
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_layer_fit_matches_an_unscanned_compile():
+    """--cost's HBM bytes: XLA's cost of the step unscanned with 1 and 2 layers, extrapolated to
+    L, against the same step compiled unscanned with L layers (4 here); XLA's FLOPs too."""
+    import dataclasses
+
+    from easylemur import sharding
+    from easylemur.train.aot import _xla_cost, default_chip_config, per_layer_fit, topology_devices
+    from easylemur.train.step import build_train_step
+
+    cfg = load_config("configs/tiny_pretrain.py", [f"workdir={NO_RUN}", "mesh=data:1,fsdp:-1,tensor:1", "train.batch_size=8",
+                                                   "model.attention=blockwise", "model.remat=full_offload",
+                                                   "model.scan_layers=true"])
+    mesh = sharding.make_mesh(cfg.mesh, topology_devices("v5e:2x2", default_chip_config("v5e:2x2")))
+    model_cfg, _ = run_model_config(cfg)
+    assert model_cfg.num_layers == 4
+    fit = per_layer_fit(cfg, model_cfg, mesh, 8, cfg.data.seq_len)
+    unscanned = dataclasses.replace(model_cfg, scan_layers=False)
+    direct = _xla_cost(build_train_step(cfg, unscanned, mesh).lower(8, cfg.data.seq_len, mesh).compile())
+    assert fit["bytes accessed"]["at_num_layers"] == pytest.approx(direct["bytes accessed"], rel=0.1), (fit, direct)
+    assert fit["flops"]["at_num_layers"] == pytest.approx(direct["flops"], rel=0.01), (fit, direct)

@@ -12,6 +12,9 @@ presents to JAX, and prints one JSON line (docs/design.md, "TPU AOT"):
   (metrics.flops_per_token's formula: cost_analysis counts a scanned layer once and leaves
   Pallas kernels out).
 
+With --cost, a "cost" object (step_cost: FLOPs, HBM bytes, collective bytes, host offload and
+a roofline step time per device, an estimate) and a short table on stderr.
+
 A compile-time HBM OOM is an answer (fits: false), not a crash. Exit status: 0 fits, 1 does not
 fit, 2 bad arguments.
 """
@@ -22,6 +25,7 @@ import argparse
 import glob
 import json
 import re
+import sys
 import tempfile
 from typing import Any, Optional, Sequence
 
@@ -112,10 +116,11 @@ def compiler_peak_bytes(dump_dir: str, module: str = "jit_step") -> Optional[int
     return max(totals) if totals else None
 
 
-def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, accelerator: Optional[str] = None) -> dict:
+def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, accelerator: Optional[str] = None,
+                         cost: bool = False) -> dict:
     """Compiles the train step `train` would run for `cfg` (same model config resolution,
     same step builder) for `topology` as a TPU VM presents it, and reports its memory against
-    the device's HBM."""
+    the device's HBM; with `cost`, also the step's estimated cost (`step_cost`)."""
     from easylemur import sharding
     from easylemur.train.metrics import flops_per_token
     from easylemur.train.step import build_train_step
@@ -151,8 +156,105 @@ def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, 
                        + analysis["generated_code"])
     # The verdict is the TPU compiler's: it checks its peak against HBM and fails the compile
     # (handled above) when the program does not fit.
-    return {**result, "peak_bytes_per_device": peak, "hbm_bytes_per_device": hbm,
-            "headroom": 1 - peak / hbm if peak and hbm else None, "fits": True, "memory_analysis": analysis}
+    result = {**result, "peak_bytes_per_device": peak, "hbm_bytes_per_device": hbm,
+              "headroom": 1 - peak / hbm if peak and hbm else None, "fits": True, "memory_analysis": analysis}
+    if cost:
+        result["cost"] = step_cost(cfg, model_cfg, mesh, compiled, topology.split(":")[0], B, T)
+    return result
+
+
+def _xla_cost(compiled) -> dict:
+    ca = compiled.cost_analysis()
+    ca = (ca[0] if ca else {}) if isinstance(ca, (list, tuple)) else (ca or {})
+    return {"flops": float(ca.get("flops", 0.0)), "bytes accessed": float(ca.get("bytes accessed", 0.0))}
+
+
+def per_layer_fit(cfg, model_cfg, mesh, B: int, T: int) -> dict:
+    """XLA's cost_analysis of the same step compiled unscanned with 1 and 2 layers: cost(L) =
+    fixed + per_layer x L, evaluated at the model's L. (cost_analysis counts a while body once,
+    so the scanned program's own figure holds one layer; loops other than the layer scan, such
+    as the loss's chunks, are counted once in all three.)"""
+    import dataclasses
+
+    from easylemur.train.step import build_train_step
+
+    costs = []
+    for layers in (1, 2):
+        small = dataclasses.replace(model_cfg, num_layers=layers, scan_layers=False)
+        costs.append(_xla_cost(build_train_step(cfg, small, mesh).lower(B, T, mesh).compile()))
+    fit = {}
+    for key in ("bytes accessed", "flops"):
+        per_layer = costs[1][key] - costs[0][key]
+        fixed = costs[0][key] - per_layer
+        fit[key] = {"fixed": fixed, "per_layer": per_layer, "at_num_layers": fixed + per_layer * model_cfg.num_layers}
+    return fit
+
+
+def step_cost(cfg, model_cfg, mesh, compiled, platform: str, B: int, T: int) -> dict:
+    """Per device per step: FLOPs (metrics.flops_per_token, the analytic count; XLA's raw
+    figure beside it), HBM bytes (XLA's, corrected for the layer scan by `per_layer_fit`),
+    collective bytes read from the compiled HLO (hlo_cost), host-offload bytes, and a roofline
+    estimate of the step time on `platform`'s chip. An estimate: docs/design.md, "TPU AOT"."""
+    from easylemur.train import hlo_cost
+    from easylemur.train.metrics import flops_per_token
+
+    n = mesh.size
+    raw = _xla_cost(compiled)
+    text = compiled.as_text()
+    coll = hlo_cost.collective_bytes(text, dict(mesh.shape))
+    host = hlo_cost.host_transfer_bytes(text)
+    if model_cfg.scan_layers:
+        fit = per_layer_fit(cfg, model_cfg, mesh, B, T)
+        hbm, method = fit["bytes accessed"]["at_num_layers"], "unscanned 1- and 2-layer compiles: fixed + per_layer x L"
+    else:
+        fit, hbm, method = None, raw["bytes accessed"], "cost_analysis of the program (no layer loop)"
+    flops = flops_per_token(model_cfg, T) * B * T / n
+    chip = hlo_cost.CHIPS[platform]
+    roof = hlo_cost.roofline(flops, hbm, coll["total_bytes"], chip, B * T)
+    offload = host["to_host"] + host["from_host"]
+    return {
+        "estimate": True,
+        "flops_per_device": flops, "xla_flops_raw": raw["flops"],
+        # XLA's count of the executed program by the same fit: remat's recompute in, Pallas kernels out
+        "xla_flops_fit": fit["flops"]["at_num_layers"] if fit else raw["flops"],
+        "hbm_bytes_per_device": hbm, "hbm_method": method, "xla_bytes_accessed_raw": raw["bytes accessed"],
+        "per_layer_fit": fit,
+        "collective_bytes_per_device": coll["total_bytes"], "collective_bytes_by_kind": coll["bytes_by_kind"],
+        "collective_bytes_by_axis": coll["bytes_by_axis"], "collective_ops_by_kind": coll["ops_by_kind"],
+        "loops": coll["loops"], "unparsed_collectives": coll["unparsed_ops"],
+        "host_offload_bytes_per_device": host,
+        # what each chip's host link would need to hide the offload behind the bound step time
+        "host_bandwidth_needed": offload / roof["step_s_bound"] if roof["step_s_bound"] else None,
+        "chip": {"platform": platform, "peak_flops": chip.peak_flops, "hbm_bandwidth": chip.hbm_bandwidth,
+                 "ici_bandwidth_bidirectional": chip.ici_bandwidth, "source": chip.source},
+        "tokens_per_step": B * T, **roof,
+        "ignores": "overlap of compute and communication, kernel efficiency, ICI topology (every link assumed busy), "
+                   "host offload transfers over PCIe (reported, not in the bound)",
+    }
+
+
+def cost_table(result: dict) -> str:
+    """A short human summary of result['cost'] (stderr)."""
+    c = result["cost"]
+    G = 1e9
+    kinds = ", ".join(f"{k} {v / G:.1f}" for k, v in c["collective_bytes_by_kind"].items() if v)
+    axes = ", ".join(f"{k} {v / G:.1f}" for k, v in c["collective_bytes_by_axis"].items())
+    host = c["host_offload_bytes_per_device"]
+    return "\n".join([
+        f"step cost estimate, per device per step ({result['accelerator'] or result['topology']}, {result['devices']} devices; "
+        f"an estimate: ignores {c['ignores']})",
+        f"  FLOPs           {c['flops_per_device'] / 1e12:9.1f} T   (XLA cost_analysis raw: {c['xla_flops_raw'] / 1e12:.1f} T, "
+        f"scanned layer once; by the layer fit: {c['xla_flops_fit'] / 1e12:.1f} T, remat in, Pallas kernels out)",
+        f"  HBM bytes       {c['hbm_bytes_per_device'] / G:9.1f} GB  ({c['hbm_method']}; "
+        f"raw {c['xla_bytes_accessed_raw'] / G:.1f} GB)",
+        f"  collectives     {c['collective_bytes_per_device'] / G:9.1f} GB  ({kinds}; by axis: {axes})",
+        f"  host offload    {(host['to_host'] + host['from_host']) / G:9.1f} GB  (to host {host['to_host'] / G:.1f}, "
+        f"from host {host['from_host'] / G:.1f}; not in the bound)",
+        f"  compute {c['compute_s']:.2f} s, HBM {c['hbm_s']:.2f} s, ICI {c['ici_s']:.2f} s -> bound {c['step_s_bound']:.2f} s "
+        f"({c['bound_by']}), MFU at most {c['mfu_bound']:.1%}, "
+        f"{c['days_for_train_tokens']:.1f} days for {c['train_tokens'] / 1e9:.0f}B tokens; no overlap of compute and ICI: "
+        f"{c['step_s_no_overlap']:.2f} s, MFU {c['mfu_no_overlap']:.1%}",
+    ])
 
 
 def run_model_config(cfg) -> tuple[Any, str]:
@@ -198,6 +300,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     where.add_argument("--topology", help="expert form: a libtpu topology name, e.g. v4:4x8x8, v5e:2x2, v5p:2x2x2")
     parser.add_argument("--chip-config", choices=("default", "megacore"), default=None,
                         help="with --topology: libtpu's chip config (default: megacore for v4/v5p, as their VMs run)")
+    parser.add_argument("--cost", action="store_true",
+                        help="also estimate the step's cost per device (FLOPs, HBM bytes, collective bytes by kind and "
+                        "mesh axis, host offload) and a roofline step time; adds a 'cost' object and a table on stderr")
     add_debug_flag(parser)
     args, cfg = cli_config(parser, argv)
     if args.accelerator:
@@ -207,12 +312,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         topology, chip_config = args.topology, args.chip_config
     try:
-        result = compile_for_topology(cfg, topology, chip_config, args.accelerator)
+        result = compile_for_topology(cfg, topology, chip_config, args.accelerator, cost=args.cost)
     except InputError:
         raise
     except Exception as e:
         if "topology" in str(e).lower() or "libtpu" in str(e).lower() or "tpu" in type(e).__name__.lower():
             raise InputError(f"cannot compile for topology {topology!r}: {e}") from e
         raise
+    if "cost" in result:
+        print(cost_table(result), file=sys.stderr, flush=True)
     print(json.dumps(result), flush=True)
     return 0 if result["fits"] else 1
