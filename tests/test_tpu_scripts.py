@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TPU = ROOT / "tpu_scripts"
-SCRIPTS = ["create.sh", "setup.sh", "launch.sh", "status.sh", "logs.sh", "stop.sh"]
+SCRIPTS = ["create.sh", "setup.sh", "launch.sh", "status.sh", "logs.sh", "stop.sh", "babysit.sh"]
 WHERE = ["--name", "lemur", "--zone", "us-central2-b"]
 
 # arguments a launched command must receive exactly: spaces, both quotes, $, backquotes,
@@ -30,7 +30,8 @@ TRICKY = ["a b", "it's", 'say "hi"', "$HOME", "${PATH}", "`id`", "$(id)", "back\
 # (a TPU VM; NOT_FOUND fails as gcloud does) or $FAKE_QUEUED (a queued resource's state). With
 # $FAKE_WORKERS, ssh and scp reach workers as the real one does: worker I is the directory
 # $FAKE_WORKERS/I (its home), each worker's command runs by bash there, all workers at once,
-# and the first non-zero status (in worker order) is returned. $FAKE_DROP_ONCE (a piece of a
+# and the first non-zero status (in worker order) is returned; where $FAKE_WORKERS/NODE exists
+# (several slices), worker I of node NODE is $FAKE_WORKERS/NODE/I. $FAKE_DROP_ONCE (a piece of a
 # remote command): that command's connection "drops" once after it ran, and like gcloud after
 # ssh's status 255 the stand-in runs it again.
 FAKE_GCLOUD = r"""
@@ -52,6 +53,9 @@ if "FAKE_WORKERS" not in os.environ or argv[:3] != ["compute", "tpus", "tpu-vm"]
     sys.exit(0)
 workers = Path(os.environ["FAKE_WORKERS"])
 n = int(os.environ.get("FAKE_NWORKERS", "2"))
+node = argv[4] if argv[3] == "ssh" else [a for a in argv[4:] if not a.startswith("--")][1].split(":", 1)[0]
+if (workers / node).is_dir():
+    workers = workers / node
 homes = [workers / str(i) for i in (range(n) if opts["worker"] == "all" else [int(opts["worker"])])]
 if argv[3] == "scp":
     src, dst = [a for a in argv[4:] if not a.startswith("--")]
@@ -150,6 +154,86 @@ def test_create(fake_gcloud, tpu_type, runtime):
     assert flag(cmd, "--node-id") == "lemur" and flag(cmd, "--accelerator-type") == tpu_type
     assert flag(cmd, "--runtime-version") == "my-rt" and flag(cmd, "--project") == "my-project"
     assert "--reserved" in cmd and "--spot" not in cmd
+
+
+def test_create_multislice(fake_gcloud):
+    """--num-slices 2: one queued resource, its slices named by gcloud from the prefix (NAME-0,
+    NAME-1); --queued is implied."""
+    [cmd] = dry(fake_gcloud, "create.sh", *WHERE, "--type", "v5p-128", "--spot", "--num-slices", "2")
+    assert cmd[:6] == ["gcloud", "compute", "tpus", "queued-resources", "create", "lemur"]
+    assert flag(cmd, "--node-count") == "2" and flag(cmd, "--node-prefix") == "lemur"
+    assert flag(cmd, "--accelerator-type") == "v5p-128" and flag(cmd, "--runtime-version") == "v2-alpha-tpuv5"
+    assert "--spot" in cmd and not any(w.startswith("--node-id") for w in cmd)
+    p, calls = fake_gcloud("create.sh", *WHERE, "--type", "v5p-128", "--spot", "--num-slices", "2")
+    assert p.returncode == 0 and calls == [cmd[1:]]
+    assert "the slices lemur-0 lemur-1 exist once the state is ACTIVE" in p.stderr
+    # one slice is the plain case
+    assert dry(fake_gcloud, "create.sh", *WHERE, "--type", "v4-8", "--num-slices", "1") == \
+        dry(fake_gcloud, "create.sh", *WHERE, "--type", "v4-8")
+
+
+def test_multislice_dry_runs(fake_gcloud):
+    """Every script reaches every worker of both slices: the same remote command per slice, led
+    by the slice's name (the workers' messages carry it)."""
+    ms = ["--num-slices", "2"]
+    single = launch_commands(fake_gcloud, "--launch-id", "L", "--", "python", "-m", "easylemur.train",
+                             "--config.mesh=dcn_data:2,fsdp:-1")
+    cmds = dry(fake_gcloud, "launch.sh", *WHERE, *ms, "--launch-id", "L", "--", "python", "-m", "easylemur.train",
+               "--config.mesh=dcn_data:2,fsdp:-1")
+    assert [c[:6] for c in cmds] == [["gcloud", "compute", "tpus", "tpu-vm", "ssh", f"lemur-{i}"] for i in (0, 1, 0, 1)]
+    assert all(flag(c, "--worker") == "all" and flag(c, "--zone") == "us-central2-b" for c in cmds)
+    assert [flag(c, "--command") for c in cmds] == [f"slice_name=lemur-{i}; {single[k]}" for k in (0, 1) for i in (0, 1)]
+
+    install, check = dry(fake_gcloud, "setup.sh", *WHERE, *ms, "--ref", "main", "--repo", "https://x.org/el.git")[::2]
+    assert install[5] == check[5] == "lemur-0"
+    tar, scp0, scp1, *rest = dry(fake_gcloud, "setup.sh", *WHERE, *ms, "--local", str(ROOT))
+    assert [scp0[6], scp1[6]] == ["lemur-0:easylemur-src.tar.gz", "lemur-1:easylemur-src.tar.gz"]
+    assert [c[5] for c in rest] == ["lemur-0", "lemur-1", "lemur-0", "lemur-1"]
+
+    qr, *describes, ssh0, ssh1 = dry(fake_gcloud, "status.sh", *WHERE, *ms)
+    assert qr[:6] == ["gcloud", "compute", "tpus", "queued-resources", "describe", "lemur"]
+    assert [c[4:6] for c in describes] == [["describe", "lemur-0"], ["describe", "lemur-1"]]
+    assert [ssh0[5], ssh1[5]] == ["lemur-0", "lemur-1"]
+
+    stop0, stop1, delete = dry(fake_gcloud, "stop.sh", *WHERE, *ms, "--delete")
+    assert [stop0[5], stop1[5]] == ["lemur-0", "lemur-1"] and "kill -TERM" in flag(stop1, "--command")
+    assert delete == ["gcloud", "compute", "tpus", "queued-resources", "delete", "lemur", "--zone=us-central2-b",
+                      "--force", "--quiet"]
+    [logs] = dry(fake_gcloud, "logs.sh", *WHERE, *ms, "--slice", "1", "--worker", "3")
+    assert logs[5] == "lemur-1" and flag(logs, "--worker") == "3"
+
+
+def test_launch_and_stop_across_two_slices(fake_gcloud, tmp_path):
+    """Two slices of two workers (the stand-in's $FAKE_WORKERS/NODE/I): launch starts four runs,
+    each worker naming its slice; a second launch is refused; stop ends all four."""
+    root = tmp_path / "slices"
+    for node in ("lemur-0", "lemur-1"):
+        for i in (0, 1):
+            (root / node / str(i) / "easylemur").mkdir(parents=True)
+    env = {"FAKE_WORKERS": str(root), "FAKE_WORKER_PATH": "/usr/local/bin:/usr/bin:/bin"}
+    ms = [*WHERE, "--num-slices", "2"]
+    pidfiles = sorted(root.glob("*/*/easylemur/logs/run.pid"))
+    try:
+        p, calls = fake_gcloud("launch.sh", *ms, "--launch-id", "A", "--", sys.executable, "-c", RUN_BODY, **env)
+        assert p.returncode == 0, p.stderr
+        assert [sorted(c[4] for c in calls[k:k + 2]) for k in (0, 2)] == [["lemur-0", "lemur-1"]] * 2  # at once
+        assert "nohup setsid" not in calls[1][-1] and "nohup setsid" in calls[2][-1]  # every check before a start
+        for node in ("lemur-0", "lemur-1"):
+            for i in (0, 1):
+                assert f"{node} worker {i}: started, log ~/easylemur/logs/run.worker{i}.log" in p.stdout
+        pidfiles = sorted(root.glob("*/*/easylemur/logs/run.pid"))
+        assert len(pidfiles) == 4 and all(f.read_text().split()[2] == "A" for f in pidfiles)
+        p, calls = fake_gcloud("launch.sh", *ms, "--launch-id", "B", "--", "true", **env)
+        assert p.returncode == 1 and len(calls) == 2 and "lemur-1 worker 1: a run is still running" in p.stderr
+        p, _ = fake_gcloud("status.sh", *ms, **env, FAKE_QUEUED="ACTIVE", FAKE_DESCRIBE="READY\tHEALTHY\tv4-16\trt")
+        assert p.returncode == 0 and p.stdout.count("running (pid") == 4 and "lemur-1 worker 0: running" in p.stdout
+        p, _ = fake_gcloud("stop.sh", *ms, "--timeout", "20", **env)
+        assert p.returncode == 0, p.stderr
+        pids = [int(f.read_text().split()[0]) for f in pidfiles]
+        assert not any(alive(pid) for pid in pids) and p.stdout.count(" ended\n") == 4
+    finally:
+        for f in pidfiles:
+            kill_group(int(f.read_text().split()[0]))
 
 
 def test_setup(fake_gcloud, tmp_path):
@@ -268,6 +352,8 @@ def test_launch_detaches_refuses_a_second_run_and_stop_ends_it(fake_gcloud, tmp_
         assert s.returncode == 0, s.stderr
         assert s.stdout == f"worker 3: SIGTERM sent to run {pid}, waiting for it to save and exit\nworker 3: run {pid} ended\n"
         assert "saved, exiting" in log.read_text() and not alive(pid)
+        logs = home / "easylemur" / "logs"  # how it ended, for babysit.sh: status 143, stopped on purpose
+        assert (logs / "run.exit").read_text() == "143 A\n" and (logs / "run.stopped").read_text() == "A\n"
         assert run_remote(flag(stop, "--command"), home).stdout == "worker 3: no run\n"
         # launch A's start once more (a retry arriving late): done already, nothing started
         late = run_remote(start, home)
@@ -618,6 +704,10 @@ def test_maxtext_bench_finds_a_python_that_runs(tmp_path, monkeypatch):
     ("logs.sh", WHERE, "--worker is required"),
     ("logs.sh", [*WHERE, "--worker", "one"], "--worker 'one' must be a worker number"),
     ("stop.sh", [*WHERE, "--timeout", "soon"], "--timeout 'soon' must be a number"),
+    ("create.sh", [*WHERE, "--type", "v4-8", "--num-slices", "two"], "--num-slices 'two' must be a number of slices"),
+    ("launch.sh", [*WHERE, "--num-slices", "0", "--", "true"], "--num-slices '0' must be a number of slices"),
+    ("logs.sh", [*WHERE, "--worker", "0", "--num-slices", "2", "--slice", "2"], "--slice '2' must be a slice number"),
+    ("logs.sh", [*WHERE, "--worker", "0", "--slice", "1"], "--slice '1' must be a slice number below --num-slices (1)"),
     ("status.sh", ["--name", "lemur"], "--zone is required"),
 ])
 def test_bad_arguments(fake_gcloud, script, args, message):

@@ -5,11 +5,17 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 USAGE="Usage: $SCRIPT --name NAME --zone ZONE --type TYPE [--version RUNTIME] [--spot | --preemptible]
-                 [--reserved] [--queued] [--project PROJECT] [--dry-run]
+                 [--reserved] [--queued] [--num-slices N] [--project PROJECT] [--dry-run]
 
 Creates a TPU VM: gcloud compute tpus tpu-vm create, or with --queued a queued resource
 (gcloud compute tpus queued-resources create, node id = NAME) that becomes the VM when
 capacity frees up (watch it with status.sh --queued).
+
+With --num-slices N (2 or more) a multi-slice queued resource NAME (--node-count=N
+--node-prefix=NAME): N slices of TYPE, the TPU VMs NAME-0 .. NAME-(N-1), provisioned together
+and joined by the data-center network; give the other scripts the same --num-slices N. The
+TPU runtime sets up multi-slice JAX (the MEGASCALE_* settings): the run's config needs a mesh
+with a dcn_data axis of N, e.g. --config.mesh=dcn_data:N,fsdp:-1.
 
   --name NAME        the TPU VM's name
   --zone ZONE        e.g. us-central2-b (v4), us-east5-a (v5p), us-west4-a (v5e), us-east1-d (v6e)
@@ -21,6 +27,7 @@ capacity frees up (watch it with status.sh --queued).
                      replace preemptible ones (also in queued resources)
   --reserved         use the project's reservation
   --queued           a queued resource instead of a direct create
+  --num-slices N     N slices in one queued resource (implies --queued; default 1)
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the gcloud commands, run nothing"
 
@@ -57,7 +64,15 @@ CAPACITY=()
 if [ "$SPOT" = 1 ]; then CAPACITY+=(--spot); fi
 if [ "$RESERVED" = 1 ]; then CAPACITY+=(--reserved); fi
 
-if [ "$QUEUED" = 1 ]; then
+if [ "$NUM_SLICES" -gt 1 ]; then
+    # multi-slice needs a queued resource; gcloud names the slices NAME-0 .. NAME-(N-1)
+    run gcloud compute tpus queued-resources create "$NAME" "${WHERE[@]}" --node-count="$NUM_SLICES" \
+        --node-prefix="$NAME" --accelerator-type="$TYPE" --runtime-version="$VERSION" ${CAPACITY[@]+"${CAPACITY[@]}"}
+    if [ "$DRY_RUN" = 0 ]; then
+        echo "$SCRIPT: queued; the slices ${NODES[*]} exist once the state is ACTIVE:" >&2
+        echo "  $(dirname "$0")/status.sh --name $NAME --zone $ZONE --num-slices $NUM_SLICES" >&2
+    fi
+elif [ "$QUEUED" = 1 ]; then
     run gcloud compute tpus queued-resources create "$NAME" "${WHERE[@]}" --node-id="$NAME" \
         --accelerator-type="$TYPE" --runtime-version="$VERSION" ${CAPACITY[@]+"${CAPACITY[@]}"}
     if [ "$DRY_RUN" = 0 ]; then

@@ -5,7 +5,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--env KEY=VALUE ...] [--dir REMOTE_DIR]
-                 [--launch-id ID] [--internal-ip] [--project PROJECT] [--dry-run] -- COMMAND [ARG ...]
+                 [--launch-id ID] [--num-slices N] [--internal-ip] [--project PROJECT] [--dry-run]
+                 -- COMMAND [ARG ...]
 
 Starts COMMAND on every worker at once (gcloud compute tpus tpu-vm ssh --worker=all), in
 ~/REMOTE_DIR with ~/REMOTE_DIR-venv/bin first on PATH (as setup.sh left them), under nohup and
@@ -19,12 +20,19 @@ First every worker is checked: when one has a run still alive (or no ~/REMOTE_DI
 started. When the start then fails on a worker, the runs this launch started on the others
 are stopped again (SIGTERM, SIGKILL after 30 s). Each launch has an id, recorded on every
 worker: a start that gcloud repeats after a dropped connection finds its own run and succeeds.
+When COMMAND ends, its exit status goes to ~/REMOTE_DIR/logs/run.exit.
+
+With --num-slices N the same happens on every worker of the slices NAME-0 .. NAME-(N-1) (each
+step reaches the slices at once; nothing starts unless every worker of every slice passed the
+check). The TPU runtime sets the multi-slice environment (MEGASCALE_*), which JAX reads; give
+the run a mesh with a dcn_data axis of N, e.g. --config.mesh=dcn_data:N,fsdp:-1.
 
   --name NAME        the TPU VM's name
   --zone ZONE        its zone
   --env KEY=VALUE    set an environment variable for COMMAND (repeatable)
   --dir REMOTE_DIR   relative to the workers' home directory (default $REMOTE_DIR_DEFAULT)
   --launch-id ID     this launch's id (default: the time and a random number)
+$SLICES_HELP
 $INTERNAL_IP_HELP
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the gcloud commands (the check, then the start), run nothing
@@ -34,7 +42,7 @@ Example:
       --config configs/lemur_70b_pretrain.py --config.workdir=gs://BUCKET/lemur70b
 
 After a preemption, run the same launch.sh command on the recreated VM: the run resumes from
-the newest checkpoint in its (bucket) workdir."
+the newest checkpoint in its (bucket) workdir; babysit.sh does all of that by itself."
 
 DIR=$REMOTE_DIR_DEFAULT LAUNCH_ID=""
 ENVS=()

@@ -13,10 +13,13 @@ PY_MIN=3.11
 PY_MIN_TUPLE=3,11
 
 DRY_RUN=0
+RUN_QUIET=0  # 1: run does not print the commands it runs (babysit.sh's polls)
 SSH_FLAGS=()  # --internal-ip: gcloud's ssh and scp reach the workers by their internal address
 PROJECT=""
 NAME=""
 ZONE=""
+NUM_SLICES=1  # --num-slices N: a multi-slice queued resource NAME, its slices the TPU VMs NAME-0 .. NAME-(N-1)
+NODES=()      # the TPU VMs the scripts reach: NAME, or NAME-0 .. NAME-(N-1) (set by check_target)
 SCRIPT=$(basename "$0")
 
 die() {
@@ -54,7 +57,7 @@ run() {
     if [ "$DRY_RUN" = 1 ]; then
         printf '%s\n' "$(qall "$@")"
     else
-        printf '+ %s\n' "$(qall "$@")" >&2
+        if [ "$RUN_QUIET" = 0 ]; then printf '+ %s\n' "$(qall "$@")" >&2; fi
         "$@"
     fi
 }
@@ -80,12 +83,27 @@ check_project() {
         || die "--project '$PROJECT' is not a Google Cloud project id"
 }
 
-# The flags every script takes: --name, --zone and (optional) --project, checked; then WHERE.
+check_slices() {
+    [[ $NUM_SLICES =~ ^[1-9][0-9]{0,2}$ ]] || die "--num-slices '$NUM_SLICES' must be a number of slices (1, 2, ...)"
+    [ $((${#NAME} + 1 + ${#NUM_SLICES})) -le 63 ] || die "--name '$NAME' is too long for $NUM_SLICES slices ($NAME-$((NUM_SLICES - 1)) must fit in 63 characters)"
+}
+
+# The flags every script takes: --name, --zone, (optional) --project and --num-slices, checked;
+# then WHERE and NODES. One slice: the TPU VM NAME. N slices: the queued resource NAME, whose
+# slices gcloud names NAME-0 .. NAME-(N-1) (create.sh passes --node-prefix=NAME).
 check_target() {
     check_name
     check_zone
     check_project
+    check_slices
     where_flags
+    NODES=()
+    if [ "$NUM_SLICES" = 1 ]; then
+        NODES=("$NAME")
+    else
+        local i
+        for ((i = 0; i < NUM_SLICES; i++)); do NODES+=("$NAME-$i"); done
+    fi
 }
 
 # gcloud's flags shared by every command: the zone and, when given, the project.
@@ -94,20 +112,69 @@ where_flags() {
     if [ -n "$PROJECT" ]; then WHERE+=(--project="$PROJECT"); fi
 }
 
-# ssh_workers COMMAND [WORKER]: COMMAND run by the login shell of every worker (or one).
-# gcloud runs COMMAND again when ssh exits 255 (it takes that for a dropped connection), so
-# every remote command here is safe to run twice.
+# ssh_workers COMMAND [WORKER [SLICE]]: COMMAND run by the login shell of every worker (or
+# one) of every slice (or slice SLICE, an index into NODES). gcloud runs COMMAND again when ssh
+# exits 255 (it takes that for a dropped connection), so every remote command here is safe to
+# run twice. With several slices the command starts with slice_name=NODE (the workers' messages
+# name their slice), the slices are reached at once, each one's output is printed after all
+# have answered, in slice order (one slice alone: as it comes, for logs.sh --follow), and the
+# status is the first slice's failure (every slice is reached even when one fails).
 ssh_workers() {
-    local command=$1 worker=${2:-all}
-    run gcloud compute tpus tpu-vm ssh "$NAME" "${WHERE[@]}" --worker="$worker" ${SSH_FLAGS[@]+"${SSH_FLAGS[@]}"} \
-        --command="$command"
+    local command=$1 worker=${2:-all} only=${3:-}
+    if [ "$NUM_SLICES" = 1 ]; then
+        run gcloud compute tpus tpu-vm ssh "$NAME" "${WHERE[@]}" --worker="$worker" ${SSH_FLAGS[@]+"${SSH_FLAGS[@]}"} \
+            --command="$command"
+        return
+    fi
+    local i node tmp rc=0 r pids=()
+    local -a picked=()
+    for ((i = 0; i < NUM_SLICES; i++)); do
+        if [ -z "$only" ] || [ "$only" = "$i" ]; then picked+=("$i"); fi
+    done
+    if [ "$DRY_RUN" = 1 ] || [ ${#picked[@]} = 1 ]; then  # printed only, or one slice: its output as it comes
+        for i in "${picked[@]}"; do
+            node=${NODES[$i]}
+            run gcloud compute tpus tpu-vm ssh "$node" "${WHERE[@]}" --worker="$worker" \
+                ${SSH_FLAGS[@]+"${SSH_FLAGS[@]}"} --command="slice_name=$node; $command" || return
+        done
+        return 0
+    fi
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/easylemur-ssh.XXXXXX")
+    for i in "${picked[@]}"; do
+        node=${NODES[$i]}
+        run gcloud compute tpus tpu-vm ssh "$node" "${WHERE[@]}" --worker="$worker" ${SSH_FLAGS[@]+"${SSH_FLAGS[@]}"} \
+            --command="slice_name=$node; $command" > "$tmp/$i.out" 2> "$tmp/$i.err" &
+        pids+=($!)
+    done
+    local k=0
+    for i in "${picked[@]}"; do
+        r=0
+        wait "${pids[$k]}" || r=$?
+        k=$((k + 1))
+        cat "$tmp/$i.out"
+        cat "$tmp/$i.err" >&2
+        if [ "$r" != 0 ] && [ "$rc" = 0 ]; then rc=$r; fi
+    done
+    rm -rf "$tmp"
+    return "$rc"
+}
+
+# scp_workers FILE DEST: copies FILE to DEST (relative to the home directory) on every worker
+# of every slice.
+scp_workers() {
+    local node
+    for node in "${NODES[@]}"; do
+        run gcloud compute tpus tpu-vm scp "$1" "$node:$2" "${WHERE[@]}" --worker=all ${SSH_FLAGS[@]+"${SSH_FLAGS[@]}"} \
+            || return
+    done
 }
 
 # The shell on each worker, prepended to the remote commands: its worker number (gcloud's
 # --worker index), from the VM metadata server; TPU_WORKER_ID where a platform sets it; the
 # hostname where neither answers (logs.sh computes the same name on the worker it reads).
+# $at names the worker in messages: "worker W", or with several slices "NODE worker W".
 # shellcheck disable=SC2016  # expanded on the worker, not here
-WORKER_ID_SH='w=${TPU_WORKER_ID:-$(curl -sf -m 5 -H Metadata-Flavor:Google http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number || hostname)}'
+WORKER_ID_SH='w=${TPU_WORKER_ID:-$(curl -sf -m 5 -H Metadata-Flavor:Google http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number || hostname)}; at="${slice_name:+$slice_name }worker $w"'
 
 # Bash functions for the remote commands, which find the run launch.sh started from
 # logs/run.pid: "PID START LAUNCH_ID", START being the process's start time (field 22 of
@@ -135,9 +202,17 @@ run_alive() {
 
 # The program launch.sh runs under setsid (as sh -c PROGRAM sh LAUNCH_ID COMMAND...): it
 # records its own pid (a session leader, so also the process group stop.sh signals), its start
-# time and the launch id, then becomes COMMAND with exec, which keeps both.
+# time and the launch id, runs COMMAND and writes its exit status and the launch id to
+# logs/run.exit ("STATUS LAUNCH_ID"; babysit.sh tells a finished run from a crashed one by it).
+# The wrapper traps SIGTERM and SIGINT with a no-op, so the group's signal ends COMMAND (whose
+# dispositions are the defaults again) while the wrapper waits to record how it ended; a
+# SIGKILL (or a VM gone) leaves no run.exit.
 # shellcheck disable=SC2016  # expanded on the worker, not here
-RUN_WRAPPER='id=$1; shift; echo "$$ $(sed "s/.*) //" /proc/$$/stat | cut -d" " -f20) $id" > logs/run.pid.new && mv logs/run.pid.new logs/run.pid && exec "$@"'
+RUN_WRAPPER='id=$1; shift; echo "$$ $(sed "s/.*) //" /proc/$$/stat | cut -d" " -f20) $id" > logs/run.pid.new && mv logs/run.pid.new logs/run.pid || exit 1
+trap : TERM INT
+"$@"; rc=$?
+echo "$rc $id" > logs/run.exit.new && mv logs/run.exit.new logs/run.exit
+exit "$rc"'
 
 # common_flag ARGS...: handles the flags every script takes; sets USED to the number of words
 # it took (0: not one of them).
@@ -152,6 +227,8 @@ common_flag() {
         --project=*) PROJECT=${1#*=}; USED=1 ;;
         --internal-ip) SSH_FLAGS=(--internal-ip); USED=1 ;;
         --dry-run) DRY_RUN=1; USED=1 ;;
+        --num-slices) need_value "$1" "$#"; NUM_SLICES=$2; USED=2 ;;
+        --num-slices=*) NUM_SLICES=${1#*=}; USED=1 ;;
     esac
 }
 
@@ -186,8 +263,10 @@ check_remote_dir() {
         || die "--dir '$1' must be a path relative to the workers' home directory (letters, digits, _ . / -)"
 }
 
-# The flag every script that reaches the workers documents.
+# The flags every script that reaches the workers documents.
 INTERNAL_IP_HELP="  --internal-ip      reach the workers by their internal IP (from a VM in the same network)"
+SLICES_HELP="  --num-slices N     a multi-slice queued resource NAME (create.sh --num-slices N): every
+                     worker of its slices NAME-0 .. NAME-(N-1) (default 1: the TPU VM NAME)"
 
 # remote_command DIR LAUNCH_ID [KEY=VALUE ...] -- COMMAND...: sets REMOTE_CHECK, REMOTE_START
 # and REMOTE_ABORT, the shell commands launch.sh runs on every worker: the check that no other
@@ -208,25 +287,25 @@ remote_command() {
     log="logs/run.worker\$w.log"
     pre="$WORKER_ID_SH; $RUN_SH"
     REMOTE_CHECK="$pre
-cd $qdir 2>/dev/null || { echo \"worker \$w: no ~/$qdir (run setup.sh first)\" >&2; exit 1; }
+cd $qdir 2>/dev/null || { echo \"\$at: no ~/$qdir (run setup.sh first)\" >&2; exit 1; }
 if run_alive && [ \"\$id\" != $qid ]; then
-  echo \"worker \$w: a run is still running (pid \$pid); stop it first (stop.sh)\" >&2; exit 1
+  echo \"\$at: a run is still running (pid \$pid); stop it first (stop.sh)\" >&2; exit 1
 fi
-echo \"worker \$w: ready\""
+echo \"\$at: ready\""
     REMOTE_START="$pre
 cd $qdir && mkdir -p logs || exit 1
 if run_alive; then
-  if [ \"\$id\" = $qid ]; then echo \"worker \$w: launch \$id already running (pid \$pid)\"; exit 0; fi
-  echo \"worker \$w: a run is still running (pid \$pid); stop it first (stop.sh)\" >&2; exit 1
+  if [ \"\$id\" = $qid ]; then echo \"\$at: launch \$id already running (pid \$pid)\"; exit 0; fi
+  echo \"\$at: a run is still running (pid \$pid); stop it first (stop.sh)\" >&2; exit 1
 fi
-if [ \"\$id\" = $qid ]; then echo \"worker \$w: launch $qid already started (and ended: see ~/$qdir/$log)\"; exit 0; fi
+if [ \"\$id\" = $qid ]; then echo \"\$at: launch $qid already started (and ended: see ~/$qdir/$log)\"; exit 0; fi
 { printf '=== %s worker %s launch %s:' \"\$(date -u +%Y-%m-%dT%H:%M:%SZ)\" \"\$w\" $qid; printf ' %s' $(qall "$@"); echo; } >> \"$log\"
 PATH=\"\$HOME/$qdir-venv/bin:\$PATH\" nohup setsid sh -c $(q "$RUN_WRAPPER") sh $qid $(qall env ${envs[@]+"${envs[@]}"} "$@") >> \"$log\" 2>&1 < /dev/null &
 i=0; until [ -f logs/run.pid ] && read -r pid start id < logs/run.pid && [ \"\$id\" = $qid ]; do
-  if [ \$i -ge 100 ]; then echo \"worker \$w: the run did not write logs/run.pid in 10 s; see ~/$qdir/$log\" >&2; exit 1; fi
+  if [ \$i -ge 100 ]; then echo \"\$at: the run did not write logs/run.pid in 10 s; see ~/$qdir/$log\" >&2; exit 1; fi
   sleep 0.1; i=\$((i + 1))
 done
-echo \"worker \$w: started, log ~/$qdir/$log\""
+echo \"\$at: started, log ~/$qdir/$log\""
     REMOTE_ABORT="$pre
 cd $qdir 2>/dev/null && run_alive && [ \"\$id\" = $qid ] || exit 0
 kill -TERM -- \"-\$pid\"; i=0
@@ -234,24 +313,26 @@ while group_alive \"\$pid\"; do
   if [ \$i -ge 30 ]; then kill -KILL -- \"-\$pid\"; break; fi
   sleep 1; i=\$((i + 1))
 done
-echo \"worker \$w: stopped run \$pid of launch $qid\""
+echo \"\$at: stopped run \$pid of launch $qid\""
 }
 
-# stop_command DIR TIMEOUT: sets REMOTE_STOP, stop.sh's command on every worker: SIGTERM to the
-# run's process group, a wait for every process of the group (a child can outlive the
+# stop_command DIR TIMEOUT: sets REMOTE_STOP, stop.sh's command on every worker: the run's
+# launch id to logs/run.stopped (babysit.sh does not relaunch a run stopped on purpose), SIGTERM
+# to the run's process group, a wait for every process of the group (a child can outlive the
 # leader), and SIGKILL to the group once TIMEOUT seconds have passed.
 stop_command() {
     local qdir
     qdir=$(q "$1")
     REMOTE_STOP="$WORKER_ID_SH; $RUN_SH
-cd $qdir 2>/dev/null && run_alive || { echo \"worker \$w: no run\"; exit 0; }
-kill -TERM -- \"-\$pid\" && echo \"worker \$w: SIGTERM sent to run \$pid, waiting for it to save and exit\"
+cd $qdir 2>/dev/null && run_alive || { echo \"\$at: no run\"; exit 0; }
+echo \"\$id\" > logs/run.stopped
+kill -TERM -- \"-\$pid\" && echo \"\$at: SIGTERM sent to run \$pid, waiting for it to save and exit\"
 i=0; while group_alive \"\$pid\"; do
   if [ \$i -ge $2 ]; then
     kill -KILL -- \"-\$pid\" 2>/dev/null
-    echo \"worker \$w: run \$pid still running after $2 s: SIGKILL sent to its process group (it may not have saved)\" >&2; exit 1
+    echo \"\$at: run \$pid still running after $2 s: SIGKILL sent to its process group (it may not have saved)\" >&2; exit 1
   fi
   sleep 1; i=\$((i + 1))
 done
-echo \"worker \$w: run \$pid ended\""
+echo \"\$at: run \$pid ended\""
 }

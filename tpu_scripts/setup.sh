@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--ref GIT_REF [--repo URL] | --local DIR]
-                [--dir REMOTE_DIR] [--internal-ip] [--project PROJECT] [--dry-run]
+                [--dir REMOTE_DIR] [--num-slices N] [--internal-ip] [--project PROJECT] [--dry-run]
 
 On every worker: puts easylemur in ~/REMOTE_DIR (replacing an earlier copy, keeping its logs/),
 installs it with its tpu extra into the virtual environment ~/REMOTE_DIR-venv (kept between
@@ -31,6 +31,7 @@ naming its python3's version.
                      untracked ones git does not ignore; never .git, .venv*, checkpoints/,
                      runs/, workdirs/ or caches
   --dir REMOTE_DIR   where on the workers, relative to the home directory (default $REMOTE_DIR_DEFAULT)
+$SLICES_HELP
 $INTERNAL_IP_HELP
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the commands, run nothing"
@@ -97,8 +98,7 @@ else
     FILES=${TMPDIR:-/tmp}/easylemur-$NAME.files
     if [ "$DRY_RUN" = 0 ]; then pack_list "$LOCAL" > "$FILES"; fi
     run tar -C "$LOCAL" --null -T "$FILES" -czf "$TARBALL"
-    run gcloud compute tpus tpu-vm scp "$TARBALL" "$NAME:easylemur-src.tar.gz" "${WHERE[@]}" --worker=all \
-        ${SSH_FLAGS[@]+"${SSH_FLAGS[@]}"}
+    scp_workers "$TARBALL" easylemur-src.tar.gz
     # the tarball stays on the worker (the next setup overwrites it): a rerun extracts it again
     FETCH="rm -rf $NEW && mkdir -p $NEW && tar -xzf easylemur-src.tar.gz -C $NEW"
 fi
@@ -111,14 +111,14 @@ INSTALL="set -e; $WORKER_ID_SH; $RUN_SH
 pyok() { \"\$1\" -c 'import sys; sys.exit(sys.version_info < ($PY_MIN_TUPLE))' 2>/dev/null; }
 pyver() { \"\$1\" -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])' 2>/dev/null || echo none; }
 if [ -d $QDIR ] && (cd $QDIR && run_alive); then
-  echo \"worker \$w: a run is still running in ~/$QDIR (logs/run.pid); stop it first (stop.sh)\" >&2; exit 1
+  echo \"\$at: a run is still running in ~/$QDIR (logs/run.pid); stop it first (stop.sh)\" >&2; exit 1
 fi
 if [ -d $NEW/logs ] && [ ! -d $QDIR/logs ]; then mkdir -p $QDIR && mv $NEW/logs $QDIR/logs; fi
 $FETCH
 if [ -d $QDIR/logs ]; then rm -rf $NEW/logs && mv $QDIR/logs $NEW/logs; fi
 rm -rf $QDIR && mv $NEW $QDIR
 if [ -x $VENV/bin/python ] && ! pyok $VENV/bin/python; then
-  echo \"worker \$w: ~/$VENV has Python \$(pyver $VENV/bin/python); making it again with $PY_MIN+\"; rm -rf $VENV
+  echo \"\$at: ~/$VENV has Python \$(pyver $VENV/bin/python); making it again with $PY_MIN+\"; rm -rf $VENV
 fi
 if [ ! -x $VENV/bin/python ]; then
   if pyok python3; then
@@ -127,7 +127,7 @@ if [ ! -x $VENV/bin/python ]; then
     uv=\$(command -v uv || echo \"\$HOME/.local/bin/uv\")
     [ -x \"\$uv\" ] || python3 -m pip install -q --user uv || { curl -LsSf https://astral.sh/uv/install.sh | sh -s -- --no-modify-path; } || true
     { [ -x \"\$uv\" ] && \"\$uv\" python install -q $PY_MIN && rm -rf $VENV && \"\$uv\" venv -q --seed --python $PY_MIN $VENV; } || {
-      echo \"worker \$w: python3 is \$(pyver python3) and no Python $PY_MIN could be installed with uv (see above); easylemur's JAX needs Python >= $PY_MIN\" >&2; exit 1; }
+      echo \"\$at: python3 is \$(pyver python3) and no Python $PY_MIN could be installed with uv (see above); easylemur's JAX needs Python >= $PY_MIN\" >&2; exit 1; }
   fi
 fi
 $VENV/bin/pip install -q --upgrade pip
@@ -135,5 +135,5 @@ $VENV/bin/pip install -q -e $(q "./${DIR}[tpu]")"
 ssh_workers "$INSTALL"
 
 # the worker number goes to Python as an argument: the program is single-quoted for the shell
-CHECK="$WORKER_ID_SH; $VENV/bin/python -c 'import sys, jax; w = sys.argv[1]; d = jax.devices(); print(f\"worker {w}: jax {jax.__version__}, {jax.device_count()} devices ({jax.local_device_count()} local, {d[0].platform})\"); assert d[0].platform == \"tpu\", f\"worker {w}: no TPU devices\"' \"\$w\""
+CHECK="$WORKER_ID_SH; $VENV/bin/python -c 'import sys, jax; w = sys.argv[1]; d = jax.devices(); print(f\"{w}: jax {jax.__version__}, {jax.device_count()} devices ({jax.local_device_count()} local, {d[0].platform})\"); assert d[0].platform == \"tpu\", f\"{w}: no TPU devices\"' \"\$at\""
 ssh_workers "$CHECK"

@@ -4,8 +4,8 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 
-USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--queued] [--dir REMOTE_DIR] [--internal-ip]
-                 [--project PROJECT] [--dry-run]
+USAGE="Usage: $SCRIPT --name NAME --zone ZONE [--queued] [--dir REMOTE_DIR] [--num-slices N]
+                 [--internal-ip] [--project PROJECT] [--dry-run]
 
 Prints the queued resource's state (with --queued), the TPU VM's state, health, type and
 runtime, and for each worker whether the launched run is alive and its log's last line.
@@ -13,12 +13,14 @@ runtime, and for each worker whether the launched run is alive and its log's las
 With --queued the queued resource's state decides first, and the VM is described only when
 it exists (ACTIVE): WAITING_FOR_RESOURCES (and ACCEPTED, PROVISIONING, CREATING) says to wait;
 SUSPENDED (a spot preemption: the VM is gone), FAILED and DELETING get the steps to take. A
-preempted VM (state PREEMPTED) gets the recovery steps too.
+preempted VM (state PREEMPTED) gets the recovery steps too. With --num-slices N (--queued
+implied) every slice NAME-0 .. NAME-(N-1) is described and every worker of each is asked.
 
   --name NAME        the TPU VM's name
   --zone ZONE        its zone
   --queued           it was created with create.sh --queued
   --dir REMOTE_DIR   as given to setup.sh and launch.sh (default $REMOTE_DIR_DEFAULT)
+$SLICES_HELP
 $INTERNAL_IP_HELP
   --project PROJECT  the Google Cloud project (default: gcloud's configured one)
   --dry-run          print the gcloud commands, run nothing"
@@ -39,9 +41,11 @@ done
 
 check_target
 check_remote_dir "$DIR"
+if [ "$NUM_SLICES" -gt 1 ]; then QUEUED=1; fi  # a multi-slice TPU is always a queued resource
 
 d=$(dirname "$0")
 ON="--name $NAME --zone $ZONE$([ -z "$PROJECT" ] || echo " --project $PROJECT")"
+if [ "$NUM_SLICES" -gt 1 ]; then ON+=" --num-slices $NUM_SLICES"; fi
 
 # recreate: the steps after the VM is gone (preempted): its bucket workdir has the checkpoints.
 recreate() {
@@ -51,6 +55,7 @@ recreate() {
     echo "  $d/create.sh $ON --type TYPE$([ "$QUEUED" = 1 ] && echo ' --queued') ...   # as before"
     echo "  $d/setup.sh $ON ...                # as before"
     echo "  $d/launch.sh $ON -- COMMAND...     # the same command"
+    echo "(babysit.sh watches a run and does these steps by itself after each interruption.)"
 }
 
 if [ "$QUEUED" = 1 ]; then
@@ -86,28 +91,35 @@ if [ "$QUEUED" = 1 ]; then
         esac
     fi
 fi
-STATE=""
-if [ "$DRY_RUN" = 1 ]; then
-    run gcloud compute tpus tpu-vm describe "$NAME" "${WHERE[@]}" \
-        --format="value(state,health,acceleratorType,runtimeVersion)"
-else
-    INFO=$(run gcloud compute tpus tpu-vm describe "$NAME" "${WHERE[@]}" \
-        --format="value(state,health,acceleratorType,runtimeVersion)") || exit 1
-    echo "$NAME: $INFO"
-    STATE=${INFO%%[[:space:]]*}
+# every slice (one: the VM NAME) is described; the workers are asked only when all are READY
+WAIT=""
+for node in "${NODES[@]}"; do
+    STATE=""
+    if [ "$DRY_RUN" = 1 ]; then
+        run gcloud compute tpus tpu-vm describe "$node" "${WHERE[@]}" \
+            --format="value(state,health,acceleratorType,runtimeVersion)"
+    else
+        INFO=$(run gcloud compute tpus tpu-vm describe "$node" "${WHERE[@]}" \
+            --format="value(state,health,acceleratorType,runtimeVersion)") || exit 1
+        echo "$node: $INFO"
+        STATE=${INFO%%[[:space:]]*}
+    fi
+    case "$STATE" in
+        PREEMPTED | TERMINATED)
+            echo "$node was preempted."
+            recreate
+            exit 0 ;;
+        "" | READY) ;;
+        *) WAIT+="${WAIT:+, }$node is $STATE" ;;
+    esac
+done
+if [ -n "$WAIT" ]; then
+    echo "$WAIT: the workers cannot be reached yet"
+    exit 0
 fi
-
-case "$STATE" in
-    PREEMPTED | TERMINATED)
-        echo "$NAME was preempted."
-        recreate
-        exit 0 ;;
-    "" | READY) ;;
-    *) echo "$NAME is $STATE: the workers cannot be reached yet"; exit 0 ;;
-esac
 
 QDIR=$(q "$DIR")
 ssh_workers "$WORKER_ID_SH; $RUN_SH
-cd $QDIR 2>/dev/null || { echo \"worker \$w: no ~/$QDIR (run setup.sh)\"; exit 0; }
+cd $QDIR 2>/dev/null || { echo \"\$at: no ~/$QDIR (run setup.sh)\"; exit 0; }
 if run_alive; then s=\"running (pid \$pid, launch \$id)\"; else s='not running'; fi
-echo \"worker \$w: \$s; log: \$(tail -n 1 \"logs/run.worker\$w.log\" 2>/dev/null || echo none)\""
+echo \"\$at: \$s; log: \$(tail -n 1 \"logs/run.worker\$w.log\" 2>/dev/null || echo none)\""
