@@ -34,11 +34,10 @@ RULES: tuple[tuple[str, Any], ...] = (
     # activations
     ("batch", ("data", "fsdp")),
     ("length", None),
-    # None, not "tensor": with the embedding of the residual stream split over `tensor`, XLA
-    # fuses the split into the projections' all-reduce as a reduce-scatter, which XLA:CPU
-    # (jax 0.10) miscompiles on a data x fsdp x tensor mesh (wrong rows; tests/test_sharding.py).
-    # Tensor-parallel runs keep their saved layer inputs small with model.remat=full_offload.
-    ("act_embed", None),
+    # The residual stream's embedding split over `tensor` (as MaxText does): a tensor-parallel
+    # layer then saves 1/tensor of its input for the backward (model/llama.py's `_dense` says
+    # what that needs of the projections to stay right).
+    ("act_embed", "tensor"),
     ("act_heads", "tensor"),
     ("act_kv_heads", "tensor"),
     ("act_mlp", "tensor"),
@@ -50,8 +49,16 @@ class MeshError(InputError):
     pass
 
 
-def parse_mesh(spec: str, num_devices: int) -> dict[str, int]:
-    """'data:1,fsdp:-1,tensor:1' -> {'data': 1, 'fsdp': N, 'tensor': 1} for N devices."""
+# The slices of a multi-slice job (TPU slices joined by the data-center network, or GPU hosts
+# over their NICs) only ever split the `data` axis: `dcn_data:K` in a mesh spec makes `data`
+# K times larger, its outer factor running across the K slices, so each slice holds whole FSDP
+# and tensor groups and only the gradient reduction crosses the slow network (docs/design.md,
+# "Multi-slice").
+DCN_AXES = ("dcn_data",)
+
+
+def _mesh_terms(spec: str) -> dict[str, int]:
+    """The axis sizes a mesh spec names, checked one by one (-1 left for the caller)."""
     sizes: dict[str, int] = {}
     for part in spec.split(","):
         part = part.strip()
@@ -59,41 +66,91 @@ def parse_mesh(spec: str, num_devices: int) -> dict[str, int]:
             continue
         name, _, size = part.partition(":")
         name = name.strip()
-        if name not in MESH_AXES:
-            raise MeshError(f"mesh {spec!r}: unknown axis {name!r}; axes are {', '.join(MESH_AXES)}")
+        if name not in MESH_AXES + DCN_AXES:
+            raise MeshError(f"mesh {spec!r}: unknown axis {name!r}; axes are {', '.join(MESH_AXES + DCN_AXES)}")
         if name in sizes:
             raise MeshError(f"mesh {spec!r}: axis {name!r} given twice")
         try:
             sizes[name] = int(size)
         except ValueError:
             raise MeshError(f"mesh {spec!r}: size of {name!r} must be an integer, got {size!r}") from None
-        if sizes[name] == 0 or sizes[name] < -1:
-            raise MeshError(f"mesh {spec!r}: size of {name!r} must be positive or -1, got {sizes[name]}")
+        if sizes[name] == 0 or sizes[name] < -1 or (name in DCN_AXES and sizes[name] < 1):
+            raise MeshError(f"mesh {spec!r}: size of {name!r} must be positive{'' if name in DCN_AXES else ' or -1'}, "
+                            f"got {sizes[name]}")
+    return sizes
+
+
+def mesh_slices(spec: str) -> int:
+    """How many slices a mesh spec spans: its dcn_data (1 without one)."""
+    return _mesh_terms(spec).get("dcn_data", 1)
+
+
+def parse_mesh_layout(spec: str, num_devices: int) -> tuple[dict[str, int], int]:
+    """'dcn_data:2,fsdp:-1' over N devices -> ({'data': 1, 'fsdp': N // 2, 'tensor': 1}, 2): the
+    axes within one slice, and the number of slices the `data` axis spans."""
+    sizes = _mesh_terms(spec)
+    slices = sizes.pop("dcn_data", 1)
+    if num_devices % slices:
+        raise MeshError(f"mesh {spec!r}: {num_devices} devices do not split into dcn_data={slices} slices")
+    per_slice = num_devices // slices
     for name in MESH_AXES:
         sizes.setdefault(name, 1)
     free = [n for n, s in sizes.items() if s == -1]
     if len(free) > 1:
         raise MeshError(f"mesh {spec!r}: only one axis may be -1, got {free}")
     fixed = math.prod(s for s in sizes.values() if s != -1)
+    where = f"{per_slice} devices per slice" if slices > 1 else f"{num_devices} devices"
     if free:
-        if num_devices % fixed:
-            raise MeshError(f"mesh {spec!r}: {num_devices} devices do not divide by the fixed axes' product {fixed}")
-        sizes[free[0]] = num_devices // fixed
-    elif fixed != num_devices:
-        raise MeshError(f"mesh {spec!r}: axes multiply to {fixed} but there are {num_devices} devices")
-    return {n: sizes[n] for n in MESH_AXES}
+        if per_slice % fixed:
+            raise MeshError(f"mesh {spec!r}: {where} do not divide by the fixed axes' product {fixed}")
+        sizes[free[0]] = per_slice // fixed
+    elif fixed != per_slice:
+        raise MeshError(f"mesh {spec!r}: axes multiply to {fixed} but there are {where}")
+    return {n: sizes[n] for n in MESH_AXES}, slices
+
+
+def parse_mesh(spec: str, num_devices: int) -> dict[str, int]:
+    """'data:1,fsdp:-1,tensor:1' -> {'data': 1, 'fsdp': N, 'tensor': 1} for N devices: the
+    mesh's axis sizes, `data` counting every slice's (dcn_data x data)."""
+    ici, slices = parse_mesh_layout(spec, num_devices)
+    return {**ici, "data": ici["data"] * slices}
+
+
+def device_slice(device: Any) -> int:
+    """The slice a device belongs to: its TPU slice, else its process (a GPU host)."""
+    index = getattr(device, "slice_index", None)
+    return int(index) if index is not None else int(getattr(device, "process_index", 0))
 
 
 def make_mesh(spec: str = "data:1,fsdp:-1,tensor:1", devices: Sequence[jax.Device] | None = None) -> Mesh:
     devices = list(devices if devices is not None else jax.devices())
-    sizes = parse_mesh(spec, len(devices))
-    shape = tuple(sizes[n] for n in MESH_AXES)
+    ici, slices = parse_mesh_layout(spec, len(devices))
+    shape = tuple(ici[n] for n in MESH_AXES)
+    tpu_slices = sorted({d.slice_index for d in devices if getattr(d, "slice_index", None) is not None})
+    if len(tpu_slices) > 1 and slices != len(tpu_slices):
+        raise MeshError(f"mesh {spec!r}: the devices are in {len(tpu_slices)} TPU slices; name them with "
+                        f"dcn_data:{len(tpu_slices)} (data parallel across slices, the other axes within each)")
+    # Each slice's devices, in slice order; every slice gets the same topology-aware layout. One
+    # host with no slices (a CPU, one GPU box) splits its devices in order, which is how the
+    # tests check that a dcn_data mesh computes what a single-slice one does.
+    ordered = sorted(devices, key=lambda d: (device_slice(d), d.id))
+    per_slice = len(devices) // slices
+    groups = [ordered[i * per_slice:(i + 1) * per_slice] for i in range(slices)]
+    owner = {device_slice(d): i for i, g in enumerate(groups) for d in g}
+    if len(owner) > 1 and any(owner[device_slice(d)] != i for i, g in enumerate(groups) for d in g):
+        raise MeshError(f"mesh {spec!r}: dcn_data={slices} would split a host's or slice's devices between slices; "
+                        f"it must divide the {len(owner)} hosts/slices the devices are on")
+    arrays = [_slice_mesh(shape, g) for g in groups]
+    return Mesh(np.concatenate(arrays, axis=0), MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+
+
+def _slice_mesh(shape: tuple[int, ...], devices: list) -> np.ndarray:
+    """One slice's devices arranged as `shape`: topology-aware where the platform supports it
+    (TPU), else in device order."""
     try:
-        # Topology-aware placement where the platform supports it (TPU); Auto axes because the
-        # model uses with_sharding_constraint, not the explicit-sharding type system.
-        return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+        return np.asarray(jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices).devices)
     except Exception:
-        return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+        return np.asarray(devices).reshape(shape)
 
 
 def logical_to_spec(

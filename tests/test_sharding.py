@@ -24,6 +24,24 @@ def test_parse_mesh():
         sharding.parse_mesh("data:3,fsdp:-1", 8)
 
 
+def test_parse_mesh_with_slices():
+    """dcn_data:K splits `data` over K slices; the other axes (and -1) are per slice."""
+    assert sharding.parse_mesh_layout("dcn_data:2,fsdp:-1", 8) == ({"data": 1, "fsdp": 4, "tensor": 1}, 2)
+    assert sharding.parse_mesh("dcn_data:2,data:2,fsdp:-1,tensor:1", 16) == {"data": 4, "fsdp": 4, "tensor": 1}
+    assert sharding.parse_mesh_layout("fsdp:-1", 8) == ({"data": 1, "fsdp": 8, "tensor": 1}, 1)
+    assert sharding.mesh_slices("dcn_data:4,fsdp:-1") == 4 and sharding.mesh_slices("fsdp:-1") == 1
+    with pytest.raises(sharding.MeshError, match="8 devices do not split into dcn_data=3 slices"):
+        sharding.parse_mesh("dcn_data:3,fsdp:-1", 8)
+    with pytest.raises(sharding.MeshError, match="axes multiply to 8 but there are 4 devices per slice"):
+        sharding.parse_mesh("dcn_data:2,fsdp:8", 8)
+    with pytest.raises(sharding.MeshError, match="size of 'dcn_data' must be positive, got -1"):
+        sharding.parse_mesh("dcn_data:-1,fsdp:4", 8)
+    # one host without slices splits its devices in order: slice k holds the k-th block
+    mesh = sharding.make_mesh("dcn_data:2,fsdp:-1")
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 4, "tensor": 1}
+    assert [d.id for d in mesh.devices[1].flat] == [d.id for d in jax.devices()[4:]]
+
+
 CFG = dataclasses.replace(PRESETS["tiny"], vocab_size=1000, num_heads=4, num_kv_heads=2)
 
 
@@ -74,6 +92,51 @@ def test_sharded_forward_equals_single_device():
     single = jax.device_put(params, jax.devices()[0])
     ref = Llama(CFG).apply({"params": single}, jnp.asarray(ids), jnp.asarray(pos), jnp.asarray(seg))
     np.testing.assert_allclose(np.asarray(sharded), np.asarray(ref), rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+def test_sharded_gradients_equal_single_device():
+    """The residual stream split over `tensor` with rows over data x fsdp: every parameter's
+    gradient equals the single-device one (the projections gather their kernels over fsdp
+    first; without that XLA's partitioner swaps rows: docs/design.md, "Tensor parallelism")."""
+    mesh = sharding.make_mesh("data:2,fsdp:2,tensor:2")
+    assert sharding.logical_to_spec(("batch", "length", "act_embed"), (4, 32, 128), mesh) == P(("data", "fsdp"), None,
+                                                                                                 "tensor")
+    params = init_params(CFG, jax.random.PRNGKey(2), mesh)
+    ids = np.random.default_rng(1).integers(0, CFG.vocab_size, (4, 32))
+    batch = sharding.host_local_to_global({"ids": ids}, mesh)
+
+    def loss(p, ids, m=None):
+        return jnp.mean(jax.nn.log_softmax(Llama(CFG, m).apply({"params": p}, ids))[..., 0])
+
+    sharded = jax.jit(jax.grad(lambda p, i: loss(p, i, mesh)))(params, batch["ids"])
+    ref = jax.grad(loss)(jax.device_put(params, jax.devices()[0]), jnp.asarray(ids))
+    for path, a in jax.tree_util.tree_leaves_with_path(sharded):
+        b = np.asarray(_at(ref, path))
+        np.testing.assert_allclose(np.asarray(a), b, rtol=0, atol=2e-5 * np.abs(b).max() + 1e-9, err_msg=str(path))
+
+
+def _at(tree, path):
+    for key in path:
+        tree = tree[key.key]
+    return tree
+
+
+def test_kernel_gather_keeps_rows_in_place():
+    """The reproducer of the partitioner bug (docs/design.md, "Tensor parallelism"), written
+    the way easylemur's projections run it: the kernel gathered over fsdp first, right."""
+    mesh = sharding.make_mesh("data:2,fsdp:2,tensor:2")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 16)).astype(np.float32)
+    act = sharding.named_sharding(("batch", "length", "act_mlp"), x.shape, mesh)
+    xs = jax.device_put(x, act)
+    ws = jax.device_put(w, sharding.named_sharding(("mlp", "embed"), w.shape, mesh))
+
+    def down(x, w):
+        w = sharding.constrain(w, ("mlp", None), mesh)
+        return sharding.constrain(x @ w, ("batch", "length", "act_embed"), mesh)
+
+    np.testing.assert_allclose(np.asarray(jax.jit(down)(xs, ws)), x @ w, rtol=1e-5, atol=1e-4)
 
 
 def test_scan_equals_unrolled():

@@ -297,6 +297,9 @@ class Dense(nn.Module):
     # the weight gradient through a transposed copy of x (see `low_precision_matmul`): CPU only
     transpose_for_cpu: bool = False
     use_bias: bool = False
+    # set on a mesh with fsdp and tensor both > 1: the kernel is gathered over fsdp explicitly
+    # before the matmul (see `_dense`)
+    gather_mesh: Optional[Mesh] = None
 
     @nn.compact
     def __call__(self, x):
@@ -309,6 +312,8 @@ class Dense(nn.Module):
                               tuple(self.features), self.param_dtype)
         out_dtype = self.out_dtype or self.dtype
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        if self.gather_mesh is not None:
+            kernel = constrain(kernel, tuple(None if n == "embed" else n for n in self.logical), self.gather_mesh)
         if jnp.dtype(self.dtype) == jnp.float32:
             lhs = tuple(range(x.ndim - self.contract, x.ndim))
             rhs = tuple(range(self.contract))
@@ -332,8 +337,14 @@ def _dense(cfg: LlamaConfig, mesh: Optional[Mesh], features: tuple, logical: tup
     accelerated = mesh is not None and platform(mesh) in ACCELERATED
     grad_dtype = jnp.dtype(cfg.dtype) if accelerated else jnp.float32
     on_cpu = platform(mesh) == "cpu"
+    # With the residual stream split over `tensor` and rows over data x fsdp, XLA's SPMD
+    # partitioner (jax 0.10) may split a projection by moving rows between devices
+    # (collective-permute) and never moving them back: wrong rows on CPU (docs/design.md,
+    # "Tensor parallelism", has the reproducer). Gathering the kernel over fsdp first, which
+    # FSDP does anyway, leaves it nothing to permute.
+    tp = mesh is not None and mesh.shape.get("tensor", 1) > 1 and mesh.shape.get("fsdp", 1) > 1
     return Dense(features, logical, contract, jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype), out_dtype,
-                 grad_dtype, on_cpu, use_bias, name=name)
+                 grad_dtype, on_cpu, use_bias, mesh if tp else None, name=name)
 
 
 class Attention(nn.Module):

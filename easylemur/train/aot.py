@@ -68,10 +68,14 @@ def default_chip_config(topology: str) -> str:
     return "megacore" if topology.split(":")[0] in ("v4", "v5p") else "default"
 
 
-def topology_devices(topology: str, chip_config: str) -> list:
+def topology_devices(topology: str, chip_config: str, num_slices: int = 1) -> list:
+    """The devices `num_slices` slices of `topology` present to JAX (each device knows its
+    `slice_index`: a multi-slice job's slices are joined by the data-center network)."""
     from jax.experimental import topologies
 
     kwargs = {} if chip_config == "default" else {"chip_config_name": chip_config}
+    if num_slices > 1:
+        kwargs["num_slices"] = num_slices
     try:
         return list(topologies.get_topology_desc(platform="tpu", topology_name=topology, **kwargs).devices)
     except Exception as e:
@@ -117,23 +121,26 @@ def compiler_peak_bytes(dump_dir: str, module: str = "jit_step") -> Optional[int
 
 
 def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, accelerator: Optional[str] = None,
-                         cost: bool = False) -> dict:
+                         cost: bool = False, num_slices: Optional[int] = None) -> dict:
     """Compiles the train step `train` would run for `cfg` (same model config resolution,
     same step builder) for `topology` as a TPU VM presents it, and reports its memory against
-    the device's HBM; with `cost`, also the step's estimated cost (`step_cost`)."""
+    the device's HBM; with `cost`, also the step's estimated cost (`step_cost`). `num_slices`
+    slices of the topology (default: the mesh's dcn_data) make a multi-slice job."""
     from easylemur import sharding
     from easylemur.train.metrics import flops_per_token
     from easylemur.train.step import build_train_step
 
     chip_config = chip_config or default_chip_config(topology)
-    devices = topology_devices(topology, chip_config)
+    num_slices = num_slices or sharding.mesh_slices(cfg.mesh)
+    devices = topology_devices(topology, chip_config, num_slices)
     mesh = sharding.make_mesh(cfg.mesh, devices)
     model_cfg, model_from = run_model_config(cfg)
     train_step = build_train_step(cfg, model_cfg, mesh)
     B, T = cfg.train.batch_size, cfg.data.seq_len
     hbm = hbm_capacity(devices)
     flops = flops_per_token(model_cfg, T) * B * T
-    result = {"accelerator": accelerator, "topology": topology, "chip_config": chip_config, "devices": len(devices),
+    result = {"accelerator": accelerator, "topology": topology, "chip_config": chip_config, "slices": num_slices,
+              "devices": len(devices),
               "device_kind": devices[0].device_kind, "mesh": dict(mesh.shape), "params": model_cfg.num_params(),
               "model_from": model_from, "batch": [B, T], "attention": model_cfg.attention,
               "remat": model_cfg.remat, "flops_per_step": flops, "flops_per_device_per_step": flops / len(devices)}
@@ -195,13 +202,21 @@ def step_cost(cfg, model_cfg, mesh, compiled, platform: str, B: int, T: int) -> 
     figure beside it), HBM bytes (XLA's, corrected for the layer scan by `per_layer_fit`),
     collective bytes read from the compiled HLO (hlo_cost), host-offload bytes, and a roofline
     estimate of the step time on `platform`'s chip. An estimate: docs/design.md, "TPU AOT"."""
+    from easylemur import sharding
     from easylemur.train import hlo_cost
     from easylemur.train.metrics import flops_per_token
 
     n = mesh.size
     raw = _xla_cost(compiled)
     text = compiled.as_text()
-    coll = hlo_cost.collective_bytes(text, dict(mesh.shape))
+    # the data axis split into its slices (outer) and each slice's part: the collectives of a
+    # multi-slice program are within a slice (their cross-slice parts are host transfers)
+    slices = sharding.mesh_slices(cfg.mesh)
+    shape = dict(mesh.shape)
+    if slices > 1:
+        shape = {"dcn_data": slices, **shape, "data": shape["data"] // slices}
+    coll = hlo_cost.collective_bytes(text, shape)
+    dcn = hlo_cost.dcn_transfer_bytes(text)
     host = hlo_cost.host_transfer_bytes(text)
     if model_cfg.scan_layers:
         fit = per_layer_fit(cfg, model_cfg, mesh, B, T)
@@ -210,7 +225,7 @@ def step_cost(cfg, model_cfg, mesh, compiled, platform: str, B: int, T: int) -> 
         fit, hbm, method = None, raw["bytes accessed"], "cost_analysis of the program (no layer loop)"
     flops = flops_per_token(model_cfg, T) * B * T / n
     chip = hlo_cost.CHIPS[platform]
-    roof = hlo_cost.roofline(flops, hbm, coll["total_bytes"], chip, B * T)
+    roof = hlo_cost.roofline(flops, hbm, coll["total_bytes"], chip, B * T, dcn_bytes=dcn["total_bytes"])
     offload = host["to_host"] + host["from_host"]
     return {
         "estimate": True,
@@ -220,13 +235,15 @@ def step_cost(cfg, model_cfg, mesh, compiled, platform: str, B: int, T: int) -> 
         "hbm_bytes_per_device": hbm, "hbm_method": method, "xla_bytes_accessed_raw": raw["bytes accessed"],
         "per_layer_fit": fit,
         "collective_bytes_per_device": coll["total_bytes"], "collective_bytes_by_kind": coll["bytes_by_kind"],
+        "dcn_bytes_per_device": dcn["total_bytes"], "dcn_bytes_by_kind": dcn["bytes_by_kind"],
         "collective_bytes_by_axis": coll["bytes_by_axis"], "collective_ops_by_kind": coll["ops_by_kind"],
         "loops": coll["loops"], "unparsed_collectives": coll["unparsed_ops"],
         "host_offload_bytes_per_device": host,
         # what each chip's host link would need to hide the offload behind the bound step time
         "host_bandwidth_needed": offload / roof["step_s_bound"] if roof["step_s_bound"] else None,
         "chip": {"platform": platform, "peak_flops": chip.peak_flops, "hbm_bandwidth": chip.hbm_bandwidth,
-                 "ici_bandwidth_bidirectional": chip.ici_bandwidth, "source": chip.source},
+                 "ici_bandwidth_bidirectional": chip.ici_bandwidth, "dcn_bandwidth": chip.dcn_bandwidth,
+                 "source": chip.source},
         "tokens_per_step": B * T, **roof,
         "ignores": "overlap of compute and communication, kernel efficiency, ICI topology (every link assumed busy), "
                    "host offload transfers over PCIe (reported, not in the bound)",
@@ -248,9 +265,14 @@ def cost_table(result: dict) -> str:
         f"  HBM bytes       {c['hbm_bytes_per_device'] / G:9.1f} GB  ({c['hbm_method']}; "
         f"raw {c['xla_bytes_accessed_raw'] / G:.1f} GB)",
         f"  collectives     {c['collective_bytes_per_device'] / G:9.1f} GB  ({kinds}; by axis: {axes})",
+        *([f"  across slices   {c['dcn_bytes_per_device'] / G:9.1f} GB  (sent to other slices over the data-center network: "
+             + ", ".join(f"{k} {v / G:.1f}" for k, v in c["dcn_bytes_by_kind"].items())
+             + (f"; {c['dcn_s']:.2f} s at {c['chip']['dcn_bandwidth'] / G:.2f} GB/s per chip)" if "dcn_s" in c
+                else "; no published DCN bandwidth for this chip, so no time)")] if c["dcn_bytes_per_device"] else []),
         f"  host offload    {(host['to_host'] + host['from_host']) / G:9.1f} GB  (to host {host['to_host'] / G:.1f}, "
         f"from host {host['from_host'] / G:.1f}; not in the bound)",
-        f"  compute {c['compute_s']:.2f} s, HBM {c['hbm_s']:.2f} s, ICI {c['ici_s']:.2f} s -> bound {c['step_s_bound']:.2f} s "
+        f"  compute {c['compute_s']:.2f} s, HBM {c['hbm_s']:.2f} s, ICI {c['ici_s']:.2f} s"
+        + (f", DCN {c['dcn_s']:.2f} s" if "dcn_s" in c else "") + f" -> bound {c['step_s_bound']:.2f} s "
         f"({c['bound_by']}), MFU at most {c['mfu_bound']:.1%}, "
         f"{c['days_for_train_tokens']:.1f} days for {c['train_tokens'] / 1e9:.0f}B tokens; no overlap of compute and ICI: "
         f"{c['step_s_no_overlap']:.2f} s, MFU {c['mfu_no_overlap']:.1%}",
@@ -303,8 +325,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--cost", action="store_true",
                         help="also estimate the step's cost per device (FLOPs, HBM bytes, collective bytes by kind and "
                         "mesh axis, host offload) and a roofline step time; adds a 'cost' object and a table on stderr")
+    parser.add_argument("--num-slices", type=int, default=None,
+                        help="compile for that many slices of the accelerator joined by the data-center network (a "
+                        "multi-slice job; default: the mesh's dcn_data, e.g. --config.mesh=dcn_data:2,fsdp:-1)")
     add_debug_flag(parser)
     args, cfg = cli_config(parser, argv)
+    if args.num_slices is not None and args.num_slices < 1:
+        parser.error(f"--num-slices must be at least 1, got {args.num_slices}")
     if args.accelerator:
         if args.chip_config:
             parser.error("--chip-config goes with --topology; --accelerator implies the chip config its VMs run")
@@ -312,7 +339,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         topology, chip_config = args.topology, args.chip_config
     try:
-        result = compile_for_topology(cfg, topology, chip_config, args.accelerator, cost=args.cost)
+        result = compile_for_topology(cfg, topology, chip_config, args.accelerator, cost=args.cost,
+                                      num_slices=args.num_slices)
     except InputError:
         raise
     except Exception as e:

@@ -413,6 +413,30 @@ def collective_bytes(text: str, mesh_shape: dict[str, int]) -> dict[str, Any]:
             "total_bytes": sum(by_kind.values()), "loops": loops, "unparsed_ops": unparsed}
 
 
+def dcn_transfer_bytes(text: str) -> dict[str, Any]:
+    """Per-device bytes a multi-slice step sends to other slices over the data-center network.
+    The TPU compiler splits a collective whose group spans slices into its within-slice part
+    (an ordinary collective, counted by `collective_bytes`) and host transfers to the megascale
+    runtime: `send` ops with is_host_transfer=true, handler xla_megascale_runtime, and the
+    collective they serve in _xla_megascale_transfer_type. The buffer each send hands over is
+    what the device puts on the network for it (in loops, once per iteration)."""
+    comps, entry = parse_module(text)
+    counts, _ = run_counts(comps, entry)
+    by_kind: dict[str, float] = {}
+    ops = 0.0
+    for comp in comps.values():
+        times = counts.get(comp.name, 0.0)
+        for ins in comp.instrs.values() if times else ():
+            if ins.opcode != "send" or "xla_megascale_runtime" not in ins.attrs:
+                continue
+            kind = re.search(r'_xla_megascale_transfer_type="(\w+)"', ins.attrs)
+            kind = kind.group(1).lower().replace("_", "-") if kind else "other"
+            data = comp.instrs.get(ins.operands[0]) if ins.operands else None
+            by_kind[kind] = by_kind.get(kind, 0.0) + (shape_bytes(data.shape) if data else 0.0) * times
+            ops += times
+    return {"bytes_by_kind": by_kind, "total_bytes": sum(by_kind.values()), "ops": ops}
+
+
 def host_transfer_bytes(text: str) -> dict[str, float]:
     """Per-device bytes moved between HBM and host memory (S(5)) per step: copies to or from
     host memory and the dynamic-(update-)slices that write or read one layer of a host buffer
@@ -470,30 +494,36 @@ class Chip:
     hbm_bandwidth: float  # bytes/s
     ici_bandwidth: float  # bidirectional bytes/s over all of the chip's ICI links
     source: str
+    dcn_bandwidth: Optional[float] = None  # bytes/s per chip, each way, to other slices (None: not published)
 
 
 # docs/design.md, "Step cost estimate", cites each; v4's ICI is derived, not stated per chip
 CHIPS = {
     "v4": Chip(275e12, 1200e9, 2 * 1.1e15 / 4096, "cloud.google.com/tpu/docs/v4; ICI = 2 x all-reduce bandwidth per Pod "
                "(1.1 PB/s) / 4096 chips"),
-    "v5p": Chip(459e12, 2765e9, 1200e9, "cloud.google.com/tpu/docs/v5p"),
-    "v5e": Chip(197e12, 819e9, 400e9, "cloud.google.com/tpu/docs/v5e"),
+    "v5p": Chip(459e12, 2765e9, 1200e9, "cloud.google.com/tpu/docs/v5p; DCN 50 Gbps per chip", 50e9 / 8),
+    "v5e": Chip(197e12, 819e9, 400e9, "cloud.google.com/tpu/docs/v5e; DCN 2 x 100 Gbps NICs per 8-chip host",
+                2 * 100e9 / 8 / 8),
     "v6e": Chip(918e12, 1638e9, 800e9, "cloud.google.com/tpu/docs/v6e"),
 }
 
 
 def roofline(flops: float, hbm_bytes: float, ici_bytes: float, chip: Chip, tokens_per_step: float,
-             train_tokens: float = 90e9) -> dict[str, Any]:
+             train_tokens: float = 90e9, dcn_bytes: float = 0.0) -> dict[str, Any]:
     """Lower-bound step time per device: each resource alone at its peak, no overlap modelled
     (the bound is the largest), the MFU that bound allows, and days to train `train_tokens`.
     ICI time counts a device's sent bytes against half the chip's bidirectional bandwidth (its
-    links busy both ways: the bytes sent and as many received)."""
+    links busy both ways: the bytes sent and as many received). `dcn_bytes`, what a device
+    sends to other slices, at the chip's DCN bandwidth; without a published figure for the chip
+    no DCN time is estimated."""
     times = {"compute_s": flops / chip.peak_flops, "hbm_s": hbm_bytes / chip.hbm_bandwidth,
              "ici_s": ici_bytes / (chip.ici_bandwidth / 2)}
+    if dcn_bytes and chip.dcn_bandwidth:
+        times["dcn_s"] = dcn_bytes / chip.dcn_bandwidth
     bound = max(times.values())
     steps = train_tokens / tokens_per_step
     # the other end: no communication hidden behind compute (HBM traffic is the kernels' own)
-    serial = times["compute_s"] + times["ici_s"]
+    serial = times["compute_s"] + times["ici_s"] + times.get("dcn_s", 0.0)
     return {**times, "step_s_bound": bound, "bound_by": max(times, key=times.get).removesuffix("_s"),
             "mfu_bound": times["compute_s"] / bound if bound else None, "train_tokens": train_tokens,
             "days_for_train_tokens": steps * bound / 86400, "step_s_no_overlap": serial,
