@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from typing import Optional, Sequence
 
 import jax
@@ -24,6 +25,7 @@ from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
 from easylemur.data.shards import DataShards, EvalData
 from easylemur.data.stats import preflight
 from easylemur.errors import add_debug_flag
+from easylemur.train.goodput import EventLog
 from easylemur.train.lock import WorkdirLock
 from easylemur.train.metrics import MetricsWriter, StepLogger, TrainingError, due
 from easylemur.train.start import restore_or_init
@@ -53,10 +55,16 @@ def train(cfg: ConfigDict) -> dict:
             run_scope.enter_context(lock)
         stop = run_scope.enter_context(StopSignals())
         run_scope.push(start.remove_files)  # only once the lock is this run's
+        # events.jsonl (docs/design.md, "Goodput"): its end record comes after every later cleanup
+        events = EventLog(workdir, active=jax.process_index() == 0)
+        events.start()
+        run_scope.push(events.exit)
         mesh = sharding.make_mesh(cfg.mesh)
         mngr = store.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
         run_scope.callback(mngr.close)
+        began = time.time()
         run = restore_or_init(cfg, mesh, mngr)
+        events.restored(began, run.start_step, resumed=run.start_step > 0)
         if cfg.data.preflight:  # every record read before step 1 (docs/design.md, "Data stats")
             preflight(cfg, run.tokenizer)
         if jax.process_index() == 0:
@@ -72,7 +80,7 @@ def train(cfg: ConfigDict) -> dict:
         writer = MetricsWriter(workdir, cfg.log.wandb_project, cfg.to_dict(), resume_step=run.start_step)
         run_scope.callback(writer.close)
         logger = StepLogger(cfg, writer, run.model_cfg, data.source_names, start_step=run.start_step,
-                            nan_skips=run.nan_skips)
+                            nan_skips=run.nan_skips, events=events)
         run_scope.callback(logger.close)
         task_evals = make_task_evals(cfg, run, mesh, workdir, writer)
         if task_evals is not None:  # closed before the writer: their last results still get written
@@ -86,6 +94,7 @@ def train(cfg: ConfigDict) -> dict:
 
         start.started = True
         state, step = run.state, run.start_step
+        events.loop(step)
         try:
             while step < cfg.train.steps:
                 state, metrics = run.train_step.fn(state, next(data))
@@ -95,11 +104,12 @@ def train(cfg: ConfigDict) -> dict:
                 logger.push(step, metrics, data.local_token_counts())
                 if due(step, cfg.eval.every):  # these weights, before the next step replaces them
                     params = state["params"]
-                    logger.flush(evaluate=lambda: mean_eval_loss(eval_fn, params, eval_data.batches()))
+                    logger.flush(evaluate=events.timed_call(
+                        "eval", step, lambda: mean_eval_loss(eval_fn, params, eval_data.batches())))
                 if task_evals is not None:
                     if due(step, cfg.eval.every_tasks):
                         logger.flush()
-                        with logger.side_job():  # generation between two steps is not step time
+                        with logger.side_job(), events.timed("eval", step):  # generation is not step time
                             task_evals.run(step, state["params"])
                     task_evals.poll()  # the sandbox checks run beside training; log those that ended
                 store.check_save_errors(mngr)  # a failed async save stops the run here
@@ -107,18 +117,21 @@ def train(cfg: ConfigDict) -> dict:
                 last = step == cfg.train.steps
                 if due(step, cfg.checkpoint.every) or last or stopping:
                     logger.flush()
-                    with logger.side_job():  # not step time (tokens/s)
+                    with logger.side_job(), events.timed("save", step):  # not step time (tokens/s)
                         model_meta.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
                                             data_state=data.get_state(), nan_skips=logger.nan_skips,
                                             config=cfg.to_dict(), force=last or stopping, stop_ids=run.stop_ids,
                                             inherited_chat_format=run.chat_format)
                 if stopping:
-                    store.check_save_errors(mngr, wait=True)
+                    with events.timed("save", step):  # until the save commits
+                        store.check_save_errors(mngr, wait=True)
                     print(f"stopped: saved step {step} in {workdir / 'checkpoints'}; run the same command to resume",
                           flush=True)
                     break
             logger.flush()
-            store.check_save_errors(mngr, wait=True)
+            with events.timed("save", step):
+                store.check_save_errors(mngr, wait=True)
+            events.outcome = "done" if step >= cfg.train.steps else "stopped"
         except TrainingError as e:
             raise TrainingError(f"{e} {store.last_good(mngr)}") from None
         except BaseException:

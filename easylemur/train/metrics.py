@@ -188,8 +188,10 @@ class StepLogger:
     `side_job()`), so frequent logging and saves in the window do not skew it."""
 
     def __init__(self, cfg: Any, writer: MetricsWriter, model_cfg: LlamaConfig, source_names: Sequence[str], *,
-                 start_step: int, nan_skips: int):
+                 start_step: int, nan_skips: int, events: Any = None):
+        """`events`: the run's `goodput.EventLog` (told each step's end), or None."""
         self.cfg, self.writer = cfg, writer
+        self.events = events
         self.names = list(source_names)
         self.tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
         self.flops_per_token = flops_per_token(model_cfg, cfg.data.seq_len)
@@ -246,12 +248,16 @@ class StepLogger:
                 )
             self.nan_skips += 1
             print(f"step {step}: non-finite loss, step skipped ({self.nan_skips} so far)", flush=True)
-        if self.window_t is None:  # the first step includes compilation: time from its end
+        first = self.window_t is None
+        if first:  # the first step includes compilation: time from its end
             self.window_t, self.side_seconds = ended, 0.0
         else:
             self.window_steps += 1
         self.last = {"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
-        if due(step, self.cfg.log.every) or step == self.cfg.train.steps or evaluate is not None:
+        logged = due(step, self.cfg.log.every) or step == self.cfg.train.steps or evaluate is not None
+        if self.events is not None:
+            self.events.step_ended(step, first=first, logged=logged)
+        if logged:
             self._write(step, m, ended, local_tokens, evaluate)
         self.progress.update(1)
         return ended

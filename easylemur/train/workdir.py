@@ -40,8 +40,8 @@ class FailedStartCleanup:
         self.dirs: list = []
         if jax.process_index() != 0 or "://" in str(workdir):
             return
-        self.files = [p for p in (workdir / "checkpoints", self.tb, workdir / "config.json", workdir / "metrics.jsonl")
-                      if not p.exists()]
+        self.files = [p for p in (workdir / "checkpoints", self.tb, workdir / "config.json", workdir / "metrics.jsonl",
+                                  workdir / "events.jsonl") if not p.exists()]
         self.dirs = [p for p in (workdir, *workdir.parents) if not p.exists()]  # deepest first
 
     def remove_files(self, exc_type, exc, tb) -> bool:
