@@ -6,7 +6,8 @@ the same prompts, greedy, on this machine.
     python bench/serve_throughput.py [--clients 1,8,32 --new-tokens 64 --prompt-len 32 --requests-per-client 2]
 
 The server runs in this process (HTTP on 127.0.0.1, a free port, --slots = the largest client
-count, --max-len = prompt + new tokens) after a warm-up that compiles its programs; each client
+count, --max-len = prompt + new tokens) after a warm-up that compiles its programs (every step
+bucket: a step is sized to the active slots and the cache columns they use); each client
 is a thread sending its requests one after another over HTTP (stdlib urllib). transformers
 decodes exactly --new-tokens per row; the server may stop a row early at an end id (the random
 model rarely says one), so tokens/s counts the tokens it returned. Prints one JSON line per
@@ -50,11 +51,14 @@ def main() -> None:
                  max_len=P + N + 1)
     t = time.perf_counter()
     srv.warmup()
+    srv.engine.warmup()  # every (rows, span) step bucket: the levels below measure no compile
     url = f"http://127.0.0.1:{srv.port}/v1/completions"
     srv.start()
     rng = np.random.default_rng(0)
     _post(url, {"prompt": rng.integers(3, args.vocab, P).tolist(), "max_tokens": 2, "temperature": 0})  # the prefill bucket
     compile_s = time.perf_counter() - t
+    lone = _lone_slot_steps(ours, srv.engine, rng.integers(3, args.vocab, P).tolist(), N)
+    print(json.dumps(lone), flush=True)
 
     rows = []
     for C in levels:
@@ -92,8 +96,35 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     srv.shutdown()
-    print(json.dumps({"params": params, "slots": max(levels), "server_compile_s": compile_s,
+    print(json.dumps({"params": params, "slots": max(levels), "server_compile_s": compile_s, "lone_slot": lone,
+                      "step_programs": len(srv.engine.step_buckets()),
                       "torch_threads": torch.get_num_threads(), "cores": os.cpu_count(), "results": rows}))
+
+
+def _lone_slot_steps(model, sized, prompt: list, n: int) -> dict:
+    """ms per engine step with one active slot: the server's engine (a step sized to the active
+    slots) against the same engine running every slot over the whole row, alternating; the
+    tokens must agree. Called before the server takes requests (the engine is idle)."""
+    import numpy as np
+
+    from easylemur.generate.slots import SlotEngine
+
+    whole = SlotEngine(model.config, model.params, slots=sized.slots, max_len=sized.max_len, sized_steps=False)
+    times: dict = {"sized": [], "whole": []}
+    toks: dict = {"sized": [], "whole": []}
+    for name, eng in (("sized", sized), ("whole", whole)):
+        eng.prefill(0, prompt)
+        eng.step()  # compiles what is missing
+    for _ in range(n - 1):
+        for name, eng in (("sized", sized), ("whole", whole)):
+            t = time.perf_counter()
+            toks[name].append(int(eng.step().tokens[0]))
+            times[name].append(time.perf_counter() - t)
+    sized.release(0)
+    assert toks["sized"] == toks["whole"]
+    ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    return {"lone_slot_step_ms_sized": ms["sized"], "lone_slot_step_ms_all_slots_whole_row": ms["whole"],
+            "lone_slot_step_speedup": ms["whole"] / ms["sized"]}
 
 
 def _post(url: str, body: dict) -> dict:

@@ -5,9 +5,10 @@ How it decodes (docs/design.md, "Decoding and evaluation"):
   which no real token uses, so the model's segment mask keeps it out of every real token's
   attention; each row carries its own positions (0.. its own length), so a row decodes exactly
   as its prompt alone would.
-- Prefill and the whole decode loop are one compiled program: a `lax.while_loop` over the KV
-  cache (`num_kv_heads` heads wide) that samples inside the loop (greedy, temperature, top-k,
-  top-p, a key per row), stops a row on any stop id and leaves the loop when every row stopped.
+- Prefill and the whole decode loop are one compiled program: `lax.while_loop`s over the KV
+  cache (`num_kv_heads` heads wide) that sample inside the loop (greedy, temperature, top-k,
+  top-p, a key per row), stop a row on any stop id and leave when every row stopped. The cache
+  grows between loops (`cache_spans`), so a step attends over about the columns written so far.
 - Programs are compiled per shape bucket (batch, prompt length, new tokens, each rounded up to
   a power of two) and kept on the `Decoder`, which the loaded model keeps, so a shape seen once
   never compiles again.
@@ -52,6 +53,17 @@ def _bucket(n: int, minimum: int) -> int:
     while b < n:
         b *= 2
     return b
+
+
+def cache_spans(prompt_len: int, new_tokens: int) -> list[int]:
+    """The KV cache lengths the decode loop runs through: the cache starts at the first span and
+    grows (zero columns, segment 0) to the next when the steps reach its end, so each step's
+    attention reads about the columns written so far, not the whole prompt + new tokens (at
+    batch 16 reading the full cache was a third of a step). One while loop per span: up to 4,
+    at least 64 steps each."""
+    phases = min(max(new_tokens // 64, 1), 4)
+    chunk = -(-new_tokens // phases)
+    return [min(prompt_len + chunk * (k + 1), prompt_len + new_tokens) for k in range(phases)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,12 +112,15 @@ class Decoder:
     """Compiled decode programs for one model's parameters, one per `Shape`, built on first
     use and kept. `easylemur.load(...)` returns a model that owns one (`model.decoder`)."""
 
-    def __init__(self, cfg: LlamaConfig, params: Any, mesh: Optional[Mesh] = None):
+    def __init__(self, cfg: LlamaConfig, params: Any, mesh: Optional[Mesh] = None, grow_cache: bool = True):
+        """`grow_cache=False`: one loop over the whole prompt + new tokens cache (the program
+        before `cache_spans`; the decode bench times it for comparison). Same tokens."""
         if cfg.scan_layers:
             raise GenerateError("decoding needs the unscanned layer layout (load the model with easylemur.load)")
         self.cfg = cfg
         self.params = params
         self.mesh = mesh
+        self.grow_cache = grow_cache
         self.programs: dict[Shape, Callable] = {}
         self._sink: Optional[Callable[[int, np.ndarray], None]] = None
         self._lock = threading.Lock()  # one generation at a time: the stream sink is shared
@@ -132,10 +147,14 @@ class Decoder:
         def run(params, ids, positions, segments, lengths, active, seeds, rows, stop_ids, n_new,
                 temperature, top_k, top_p):
             B, Plen = ids.shape
-            cache = init_cache(cfg, B, Plen + shape.new_tokens)
+            spans = cache_spans(Plen, shape.new_tokens) if self.grow_cache else [Plen + shape.new_tokens]
             kv = ("batch", "act_kv_heads", "length", None)  # init_cache's layout: heads-major [B, KV, S, hd]
-            cache = [{"k": constrain(c["k"], kv, mesh), "v": constrain(c["v"], kv, mesh),
-                      "seg": constrain(c["seg"], ("batch", "length"), mesh), "index": c["index"]} for c in cache]
+
+            def placed(cache):
+                return [{"k": constrain(c["k"], kv, mesh), "v": constrain(c["v"], kv, mesh),
+                         "seg": constrain(c["seg"], ("batch", "length"), mesh), "index": c["index"]} for c in cache]
+
+            cache = placed(init_cache(cfg, B, spans[0]))
             hidden, cache = net.apply({"params": params}, ids, positions, segments, cache=cache, return_hidden=True)
             logits = last_logits(params, hidden)
             row_keys = jax.vmap(lambda s, r: jax.random.fold_in(jax.random.PRNGKey(s), r))(seeds, rows)
@@ -153,10 +172,6 @@ class Decoder:
             done = ~active
             ones = jnp.ones((B, 1), jnp.int32)
 
-            def cond(carry):
-                i, _, _, done, _ = carry
-                return (i < n_new) & ~jnp.all(done)
-
             def body(carry):
                 i, logits, cache, done, out = carry
                 tok = pick(logits, i)
@@ -172,7 +187,23 @@ class Decoder:
                 return i + 1, step_logits[:, -1], cache, done, out
 
             carry = (jnp.zeros((), jnp.int32), logits, cache, done, out)
-            return jax.lax.while_loop(cond, body, carry)[4]
+            for j, span in enumerate(spans):
+                if j:  # the cache grows to the next span: new columns have segment 0 (masked)
+                    i, logits, cache, done, out = carry
+                    grow = span - spans[j - 1]
+                    cache = placed([{"k": jnp.pad(c["k"], ((0, 0), (0, 0), (0, grow), (0, 0))),
+                                     "v": jnp.pad(c["v"], ((0, 0), (0, 0), (0, grow), (0, 0))),
+                                     "seg": jnp.pad(c["seg"], ((0, 0), (0, grow))), "index": c["index"]}
+                                    for c in cache])
+                    carry = (i, logits, cache, done, out)
+
+                def cond(carry, last=span - Plen):
+                    # step i writes cache column Plen + i: this loop runs the steps its span holds
+                    i, _, _, done, _ = carry
+                    return (i < n_new) & (i < last) & ~jnp.all(done)
+
+                carry = jax.lax.while_loop(cond, body, carry)
+            return carry[4]
 
         return jax.jit(run)
 

@@ -8,9 +8,14 @@ of slots share one KV cache of shape [slots, max_len] per layer:
 - `prefill(slot, ids)` runs one prompt (right-padded to a power-of-two bucket, padding in
   segment 0) into that slot's cache rows, from column 0, and keeps the logits of its last token
   on device for the next `step`. One program per prompt bucket.
-- `step()` samples one token for every slot from its kept logits (greedy, or temperature/top-p
-  with the slot's own seed) and runs it through the model at that slot's own position. One
-  program for the whole slot batch, whatever slots are active.
+- `step()` samples one token for every active slot from its kept logits (greedy, or
+  temperature/top-p with the slot's own seed) and runs it through the model at that slot's own
+  position. The step is sized to the active slots: their count rounded up to a power of two
+  (rows) and the cache columns they need rounded up to a power of two, at least 64 (span); the
+  rows' first `span` columns are gathered, the model runs on the copy, and only the column each
+  row wrote is scattered back. One program per (rows, span); with every slot over the whole
+  row, no gather at all. Programs not compiled yet compile on a background thread while a
+  larger compiled one serves (`_step_program`).
 
 Each slot's cache column equals its token's position, so a slot's cache index is its next
 position. The model's cache path has one scalar index per cache; `jax.vmap` over the slot axis
@@ -22,6 +27,8 @@ causal mask hides them until the slot writes them itself.
 from __future__ import annotations
 
 import dataclasses
+import queue
+import threading
 from typing import Any, Optional, Sequence
 
 import jax
@@ -72,13 +79,14 @@ class SlotEngine:
     """Slots over one KV cache; not thread-safe (one scheduler thread owns it)."""
 
     def __init__(self, cfg: LlamaConfig, params: Any, *, slots: int = 8, max_len: Optional[int] = None,
-                 mesh: Optional[Mesh] = None):
+                 mesh: Optional[Mesh] = None, sized_steps: bool = True):
         if cfg.scan_layers:
             raise GenerateError("decoding needs the unscanned layer layout (load the model with easylemur.load)")
         if slots < 1:
             raise GenerateError(f"slots={slots} must be >= 1")
         self.cfg, self.params, self.mesh = cfg, params, mesh
         self.slots = slots
+        self.sized_steps = sized_steps  # False: every step runs all slots over the whole row (the bench compares)
         self.max_len = int(max_len or cfg.max_position_embeddings)
         if not 1 <= self.max_len <= cfg.max_position_embeddings:
             raise GenerateError(f"max_len={self.max_len} must be in [1, max_position_embeddings="
@@ -94,7 +102,11 @@ class SlotEngine:
         self.count = np.zeros((slots,), np.int32)  # tokens sampled so far: the step index of the key
         self.length = np.zeros((slots,), np.int32)  # host mirror of `index`
         self._prefill: dict[tuple[int, bool], Any] = {}
-        self._step = self._build_step()
+        self._steps: dict[tuple[int, int], Any] = {}  # (rows, span) -> compiled step
+        self._lock = threading.Lock()  # _steps and _pending: the scheduler and the compiler thread
+        self._pending: set[tuple[int, int]] = set()
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ programs
 
@@ -104,10 +116,19 @@ class SlotEngine:
         logits, cache = net.apply({"params": params}, tok, pos, seg, cache=cache)
         return logits[0, -1], [{"k": c["k"][0], "v": c["v"][0], "seg": c["seg"][0]} for c in cache]
 
-    def _build_step(self):
+    def _build_step(self, n: int, span: int):
+        """The step for `n` rows (a power of two, or all slots) attending over the first `span`
+        cache columns. Unless n is all slots and span the whole row, the rows' first `span`
+        columns are gathered, the model runs on that copy, and only the column each row wrote
+        goes back into the cache (padding rows, `valid` False, write nothing)."""
         cfg, net = self.cfg, Llama(self.cfg, self.mesh)
+        whole = n == self.slots and span == self.max_len
 
-        def step(params, cache, logits, index, active, temperature, top_p, seed, count):
+        def step(params, cache, all_logits, index, rows, valid, temperature, top_p, seed, count):
+            if n != self.slots:
+                logits, idx = all_logits[rows], index[rows]
+            else:  # rows is 0..slots-1
+                logits, idx = all_logits, index
             # sample from the kept logits: greedy rows take the argmax; sampling rows use
             # fold_in(fold_in(PRNGKey(seed), 0), count), the key Decoder gives a row with its own seed
             greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -119,23 +140,43 @@ class SlotEngine:
                     seed, count)
                 return jax.vmap(jax.random.categorical)(keys, lg).astype(jnp.int32)
 
-            any_sample = jnp.any(active & (temperature > 0))
+            any_sample = jnp.any(valid & (temperature > 0))
             tok = jax.lax.cond(any_sample, sampled, lambda _: greedy, None)
             tok = jnp.where(temperature > 0, tok, greedy)
             logp = jax.nn.log_softmax(logits, axis=-1)
             tok_lp = jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
             top_lp, top_ids = jax.lax.top_k(logp, min(TOP_LOGPROBS, cfg.vocab_size))
 
-            rows = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in cache]
-            seg = active.astype(jnp.int32)[:, None, None]  # inactive slots write segment 0: attended by nothing
+            if whole:
+                sub = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in cache]
+            elif n == self.slots:
+                sub = [{"k": c["k"][:, :, :span], "v": c["v"][:, :, :span], "seg": c["seg"][:, :span]} for c in cache]
+            else:
+                sub = [{"k": c["k"][rows, :, :span], "v": c["v"][rows, :, :span], "seg": c["seg"][rows, :span]}
+                       for c in cache]
+            seg = valid.astype(jnp.int32)[:, None, None]  # padding rows write segment 0: attended by nothing
+            # an active row's index is below span (the host picks span so); a padding row's write
+            # is clamped inside its copy and never goes back
+            col = jnp.minimum(idx, span - 1)
 
-            def one(t, idx, s, row):
-                return self._slot_apply(net, params, t[None, None], idx[None, None], s, row, idx)
+            def one(t, i, s, row):
+                return self._slot_apply(net, params, t[None, None], i[None, None], s, row, i)
 
-            new_logits, new_rows = jax.vmap(one)(tok, index, seg, rows)
-            # an inactive slot keeps its index (its write lands past its index, hidden by the mask)
-            new_index = jnp.where(active, jnp.minimum(index + 1, self.max_len - 1), index)
-            return new_rows, new_logits, new_index, (tok, tok_lp, top_ids, top_lp)
+            new_logits, new_sub = jax.vmap(one)(tok, col, seg, sub)
+            new_idx = jnp.where(valid, jnp.minimum(idx + 1, self.max_len - 1), idx)
+            if whole:
+                # an inactive slot keeps its index (its write lands past its index, hidden by the mask)
+                return new_sub, new_logits, new_idx, (tok, tok_lp, top_ids, top_lp)
+            dest = jnp.where(valid, rows, self.slots)  # out of range: dropped
+            r = jnp.arange(n)
+            cache = [{"k": c["k"].at[dest, :, col].set(w["k"][r, :, col], mode="drop"),
+                      "v": c["v"].at[dest, :, col].set(w["v"][r, :, col], mode="drop"),
+                      "seg": c["seg"].at[dest, col].set(w["seg"][r, col], mode="drop")}
+                     for c, w in zip(cache, new_sub)]
+            if n != self.slots:
+                new_logits = all_logits.at[dest].set(new_logits, mode="drop")
+                new_idx = index.at[dest].set(new_idx, mode="drop")
+            return cache, new_logits, new_idx, (tok, tok_lp, top_ids, top_lp)
 
         return jax.jit(step, donate_argnums=(1, 2))
 
@@ -211,13 +252,126 @@ class SlotEngine:
         self.active[slot] = False
         self.temperature[slot] = 0.0
 
+    def step_shape(self) -> tuple[int, int]:
+        """(rows, span) of the next step: the active slots' count rounded up to a power of two
+        (at most all slots) and the cache columns they need (their longest index + 1) rounded
+        up to a power of two, at least 64, at most max_len."""
+        if not self.sized_steps:
+            return self.slots, self.max_len
+        act = np.flatnonzero(self.active)
+        n = min(_bucket(max(len(act), 1), 1), self.slots)
+        need = int(self.length[act].max()) + 1 if len(act) else 1
+        return n, min(_bucket(need, 64), self.max_len)
+
+    def _specs(self, n: int) -> tuple:
+        """The step's argument shapes (and shardings) for `n` rows: what a compile needs."""
+        def spec(x):
+            return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None))
+
+        cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
+        return jax.tree.map(spec, (self.params, cache, self.logits, self.index,
+                                   *self._step_args(n, np.zeros((0,), np.int64))))
+
+    def _compile(self, key: tuple[int, int], specs: tuple):
+        if self.mesh is not None:  # jit picks the shardings the arrays arrive with (compiled at first call)
+            return self._build_step(*key)
+        return self._build_step(*key).lower(*specs).compile()
+
+    def _compiler(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            key, specs = job
+            try:
+                program = self._compile(key, specs)
+            except Exception:  # the step falls back to a larger program, as before
+                program = None
+            with self._lock:
+                self._pending.discard(key)
+                if program is not None:
+                    self._steps[key] = program
+
+    def _step_program(self, n: int, span: int) -> tuple[tuple[int, int], Any]:
+        """(bucket, program) for a step of (n, span): the exact bucket once compiled; before
+        that the smallest compiled bucket that covers it (same tokens, more work) while the
+        exact one compiles on a background thread, so that no request waits for a compile;
+        with none compiled yet (or with a mesh), the exact one, compiled now."""
+        key = (n, span)
+        with self._lock:
+            if key in self._steps:
+                return key, self._steps[key]
+            cover = [k for k in self._steps if k[0] >= n and k[1] >= span]
+            if cover and self.mesh is None:
+                if key not in self._pending:
+                    if self._thread is None:
+                        self._thread = threading.Thread(target=self._compiler, name="easylemur-step-compiler",
+                                                        daemon=True)
+                        self._thread.start()
+                    self._pending.add(key)
+                    self._queue.put((key, self._specs(n)))
+                best = min(cover, key=lambda k: (k[0] * k[1], k))
+                return best, self._steps[best]
+        program = self._compile(key, self._specs(n))
+        with self._lock:
+            self._steps[key] = program
+        return key, program
+
+    def step_buckets(self) -> list[tuple[int, int]]:
+        """Every (rows, span) a step can take."""
+        spans = sorted({min(_bucket(c, 64), self.max_len) for c in range(1, self.max_len + 1)})
+        ns, n = [], 1
+        while n < self.slots:
+            ns.append(n)
+            n *= 2
+        return [(n, span) for n in ns + [self.slots] for span in spans]
+
+    def warmup(self, buckets: Optional[Sequence[tuple[int, int]]] = None) -> None:
+        """Compiles the step for these (rows, span) buckets now, by default every one (see
+        `_step_program` for the ones compiled later)."""
+        for key in self.step_buckets() if buckets is None else buckets:
+            with self._lock:
+                have = key in self._steps
+            if not have:
+                program = self._compile(key, self._specs(key[0]))
+                with self._lock:
+                    self._steps[key] = program
+
+    def close(self) -> None:
+        """Stops the background compiler (after the compile under way, if any)."""
+        if self._thread is not None:
+            with self._lock:
+                while not self._queue.empty():
+                    job = self._queue.get_nowait()
+                    if job is not None:
+                        self._pending.discard(job[0])
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _step_args(self, n: int, act: np.ndarray) -> tuple:
+        rows = np.zeros((n,), np.int32)
+        rows[: len(act)] = act
+        valid = np.zeros((n,), bool)
+        valid[: len(act)] = True
+        if n == self.slots:  # every slot, in order
+            rows, valid = np.arange(n, dtype=np.int32), np.isin(np.arange(n), act)
+        pick = rows
+        return (rows, valid, self.temperature[pick], self.top_p[pick], self.seed[pick], self.count[pick])
+
     def step(self) -> StepOutput:
         """One token for every active slot, each at its own position."""
+        act = np.flatnonzero(self.active)
+        (n, _), program = self._step_program(*self.step_shape())
         cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
-        self.cache, self.logits, self.index, out = self._step(
-            self.params, cache, self.logits, self.index, self.active, self.temperature, self.top_p, self.seed,
-            self.count)
+        self.cache, self.logits, self.index, out = program(
+            self.params, cache, self.logits, self.index, *self._step_args(n, act))
         tok, lp, ti, tl = (np.asarray(x) for x in jax.device_get(out))
+        if n != self.slots:  # rows -> slots (rows of inactive slots are meaningless)
+            full = [np.zeros((self.slots,) + x.shape[1:], x.dtype) for x in (tok, lp, ti, tl)]
+            for f, x in zip(full, (tok, lp, ti, tl)):
+                f[act] = x[: len(act)]
+            tok, lp, ti, tl = full
         self.count[self.active] += 1
         self.length[self.active] += 1
         return StepOutput(tok, lp, ti, tl)

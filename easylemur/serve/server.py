@@ -605,11 +605,15 @@ class Server:
         self.port = self.httpd.server_address[1]
 
     def warmup(self) -> None:
-        """Compiles the decode step and the smallest prefill before the first request."""
+        """Compiles the smallest prefill, the decode step of one slot over the shortest cache span
+        and the step of every slot over the whole row before the first request; the step sizes
+        between compile in the background as they are met (the whole step serves them until
+        then: SlotEngine._step_program)."""
         eng = self.engine
         eng.prefill(0, [0])
-        eng.step()
         eng.release(0)
+        buckets = eng.step_buckets()
+        eng.warmup([buckets[0], buckets[-1]])
 
     def serve_forever(self) -> None:
         self.httpd.serve_forever(poll_interval=0.2)
@@ -623,3 +627,4 @@ class Server:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.scheduler.close()
+        self.engine.close()
