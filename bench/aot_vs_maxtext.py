@@ -3,6 +3,7 @@ compiled ahead of time on this CPU through libtpu for the devices a v4-512 VM pr
 megacore devices of 30.75 GiB), at fsdp 256 and at fsdp 64 x tensor 4.
 
     python bench/aot_vs_maxtext.py [--maxtext-venv DIR] [--python PYTHON3.12] [--meshes fsdp,tp4]
+        [--easylemur-remat config,full] [--cost [--cost-meshes fsdp]] [--keep-dumps DIR]
 
 MaxText comes from PyPI (`maxtext`, which needs Python >= 3.12 and declares no dependencies
 outside extras) in a venv of its own, created on first use with a Python 3.12 found as
@@ -18,6 +19,24 @@ same 512 rows of 4096, fp32 parameters and Adam moments, bf16 compute).
 The figure compared is each compiler's peak per device: "Total bytes" of the memory-usage
 report the TPU compiler writes with xla_dump_to, which is what it checks against HBM.
 `memory_analysis()`'s sum is shown beside it. A table, then one JSON line.
+`--easylemur-remat config,full` adds easylemur with `--config.model.remat=full` (no host
+offload: like for like with MaxText's default). `--same-compiler` adds easylemur compiled in
+MaxText's venv (its jax and libtpu, this checkout's code). `--keep-dumps DIR` keeps each
+compile's memory-usage report, buffer assignment, live ranges and optimized HLO
+(DIR/<mesh>-<system>-<remat>/). The memory table is printed once every mesh is compiled, before
+the cost's extra compiles. Compiles run one at a time, with libtpu's one-process lock off
+(ALLOW_MULTIPLE_LIBTPU_LOAD: compiling touches no TPU).
+
+With `--cost`, the step cost of both, side by side, an estimate (docs/design.md, "Step cost
+estimate"): easylemur's from `python -m easylemur.aot --cost`; MaxText's computed here with
+easylemur's own functions (easylemur/train/hlo_cost.py) from the optimized HLO of MaxText's
+train step that its compile dumps: collective bytes by kind and mesh axis with loop trip
+counts, host-offload bytes; XLA's cost_analysis FLOPs and bytes (train_compile prints them)
+corrected for the layer scan by the same fit as easylemur's, MaxText compiled unscanned
+(`scan_layers=false base_num_decoder_layers=1`, then 2): cost(L) = fixed + per_layer x 80, for
+the remat settings in `--fit-remat` (others show the raw, layer-once figures, labelled); the
+FLOPs of the roofline are the model's (easylemur's `flops_per_token`: the same Llama-2-70B,
+the same tokens), with the same chip constants (hlo_cost.CHIPS["v4"]).
 """
 
 from __future__ import annotations
@@ -34,10 +53,19 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from easylemur.train import hlo_cost  # noqa: E402  (the parsing and roofline easylemur.aot --cost uses)
+
 GiB = 2**30
 HBM = 30.75 * GiB  # a v4 megacore device, as the compiler states it (easylemur.aot asks it)
 MESHES = {"fsdp": ("data:1,fsdp:-1,tensor:1", ["ici_fsdp_parallelism=-1"]),
           "tp4": ("data:1,fsdp:64,tensor:4", ["ici_fsdp_parallelism=64", "ici_tensor_parallelism=4"])}
+# MaxText's mesh without its size-1 axes, in its order (data, stage, fsdp, ..., tensor, ...):
+# a replica group's device ids index the mesh's devices in that order (hlo_cost.group_axes)
+MAXTEXT_MESH_SHAPE = {"fsdp": {"fsdp": 256}, "tp4": {"fsdp": 64, "tensor": 4}}
+NUM_LAYERS, ROWS, SEQ = 80, 512, 4096  # llama2-70b; per_device_batch_size=2 x 256 devices
+PLATFORM = "v4"
+KEEP = ("memory-usage-report", "buffer-assignment", "live-range", "after_optimizations.txt")
 MAXTEXT_PACKAGES = ["jax[tpu]==0.11.1", "flax", "optax", "orbax-checkpoint", "grain", "omegaconf", "pydantic",
                     "tensorboardX", "sentencepiece", "tiktoken", "datasets", "transformers", "jsonlines",
                     "ml-collections", "absl-py", "etils", "aqtp", "qwix", "tokamax", "pathwaysutils",
@@ -98,16 +126,52 @@ def compiler_peak(dump: str) -> int | None:
 MAXTEXT_REMAT = {"full": ["remat_policy=full"], "offload": ["remat_policy=custom", "decoder_layer_input=offload"]}
 
 
-def run_maxtext(py: Path, mesh_args: list[str]) -> dict:
+def _env(xla_flags: str) -> dict:
+    """A compile's environment: the CPU platform (libtpu only compiles), and libtpu's
+    one-process lock off, as compiling touches no TPU (another compile on the machine holds it)."""
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+
+
+def _maxtext_cmd(py: Path, args: list[str], out_dir: str) -> list[str]:
     base = subprocess.run([py, "-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))"],
                           capture_output=True, text=True, check=True).stdout.strip()
+    return [str(py), "-m", "maxtext.trainers.pre_train.train_compile", f"{base}/configs/base.yml",
+            "compile_topology=v4-512", "compile_topology_num_slices=1", "model_name=llama2-70b",
+            "per_device_batch_size=2", "max_target_length=4096", "attention=flash",
+            "dataset_type=synthetic", "base_output_directory=" + out_dir, "run_name=aot", *args]
+
+
+def _xla_cost(output: str) -> dict | None:
+    """flops and bytes accessed from train_compile's `Cost analysis: {...}` line."""
+    m = re.search(r"Cost analysis: (.*)", output)
+    if not m:
+        return None
+    num = r"['\"]%s['\"]:\s*(?:np\.float\d+\()?([-+\d.eE]+)"
+    got = {k: re.search(num % k, m.group(1)) for k in ("flops", "bytes accessed")}
+    return {k: float(v.group(1)) for k, v in got.items() if v} or None
+
+
+def train_step_hlo(dump: str) -> str | None:
+    """The optimized HLO of the train step in a dump dir (the largest, if several)."""
+    paths = glob.glob(f"{dump}/*train_step*after_optimizations.txt")
+    return max(paths, key=os.path.getsize) if paths else None
+
+
+def keep_dump(dump: str, dest: str | None) -> None:
+    if dest:
+        os.makedirs(dest, exist_ok=True)
+        for path in glob.glob(f"{dump}/*"):
+            if any(k in os.path.basename(path) for k in KEEP):
+                shutil.copy(path, dest)
+
+
+def run_maxtext(py: Path, mesh_args: list[str], mesh_shape: dict | None = None, keep: str | None = None) -> dict:
+    """MaxText's step compiled for the pod: peak, memory_analysis sum; with `mesh_shape`, what
+    the cost needs from this compile (collectives and host offload from its HLO, XLA's raw
+    cost_analysis)."""
     dump = tempfile.mkdtemp(prefix="maxtext-aot-")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_dump_to={dump}"}
-    cmd = [str(py), "-m", "maxtext.trainers.pre_train.train_compile", f"{base}/configs/base.yml",
-           "compile_topology=v4-512", "compile_topology_num_slices=1", "model_name=llama2-70b",
-           "per_device_batch_size=2", "max_target_length=4096", "attention=flash",
-           "dataset_type=synthetic", "base_output_directory=" + dump, "run_name=aot", *mesh_args]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    p = subprocess.run(_maxtext_cmd(py, mesh_args, dump), env=_env(f"--xla_dump_to={dump}"), capture_output=True, text=True,
+                       cwd=tempfile.gettempdir())
     try:
         out = {"peak": compiler_peak(dump), "ok": p.returncode == 0}
         m = re.search(r"Memory analysis: (.*)", p.stdout + p.stderr)
@@ -117,22 +181,184 @@ def run_maxtext(py: Path, mesh_args: list[str]) -> dict:
                                    + sizes.get("temp", 0) + sizes.get("generated_code", 0))
         if not out["ok"]:
             out["error"] = (p.stdout + p.stderr).strip().splitlines()[-1][:300]
+        hlo = train_step_hlo(dump)
+        if mesh_shape is not None and hlo:
+            text = Path(hlo).read_text()
+            out["collectives"] = hlo_cost.collective_bytes(text, mesh_shape)
+            out["host"] = hlo_cost.host_transfer_bytes(text)
+        out["xla_raw"] = _xla_cost(p.stdout + p.stderr)
+        keep_dump(dump, keep)
         return out
     finally:
         shutil.rmtree(dump, ignore_errors=True)
 
 
-def run_easylemur(mesh: str) -> dict:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-    p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", "configs/lemur_70b_pretrain.py",
-                        "--accelerator", "v4-512", f"--config.mesh={mesh}"], cwd=ROOT, env=env, capture_output=True,
-                       text=True)
-    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+def maxtext_layer_fit(py: Path, args: list[str]) -> dict | None:
+    """XLA's cost_analysis of MaxText's step unscanned with 1 and 2 decoder layers:
+    cost(L) = fixed + per_layer x L at L = 80 (easylemur.train.aot.per_layer_fit's method)."""
+    costs = []
+    for layers in (1, 2):
+        out_dir = tempfile.mkdtemp(prefix="maxtext-fit-")
+        try:
+            unscanned = ["scan_layers=false", "override_model_config=true", f"base_num_decoder_layers={layers}"]
+            p = subprocess.run(_maxtext_cmd(py, args + unscanned, out_dir), env=_env(""), capture_output=True,
+                               text=True, cwd=tempfile.gettempdir())
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        c = _xla_cost(p.stdout + p.stderr)
+        if p.returncode or not c or len(c) < 2:
+            print(f"note: MaxText {layers}-layer compile for the fit failed: "
+                  f"{(p.stdout + p.stderr).strip().splitlines()[-1][:200] if (p.stdout + p.stderr).strip() else p.returncode}",
+                  file=sys.stderr)
+            return None
+        costs.append(c)
+    fit = {}
+    for key in ("bytes accessed", "flops"):
+        per_layer = costs[1][key] - costs[0][key]
+        fixed = costs[0][key] - per_layer
+        fit[key] = {"fixed": fixed, "per_layer": per_layer, "at_num_layers": fixed + per_layer * NUM_LAYERS}
+    return fit
+
+
+def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float) -> dict | None:
+    """MaxText's step cost in the shape of easylemur.aot's `cost` object (the keys the table
+    reads), from its HLO (collectives, host offload), XLA's figures (fit, else raw) and the
+    model's FLOPs, with hlo_cost's roofline and chip constants."""
+    if "collectives" not in res:
+        return None
+    coll, host, raw = res["collectives"], res["host"], res.get("xla_raw") or {}
+    if fit:
+        hbm, method = fit["bytes accessed"]["at_num_layers"], "unscanned 1- and 2-layer compiles: fixed + per_layer x L"
+        xla_flops = fit["flops"]["at_num_layers"]
+    else:
+        hbm, method = raw.get("bytes accessed", 0.0), "RAW cost_analysis (layer loop once, no fit)"
+        xla_flops = raw.get("flops", 0.0)
+    chip = hlo_cost.CHIPS[PLATFORM]
+    roof = hlo_cost.roofline(flops_per_device, hbm, coll["total_bytes"], chip, ROWS * SEQ)
+    offload = host["to_host"] + host["from_host"]
+    return {"estimate": True, "flops_per_device": flops_per_device, "xla_flops_raw": raw.get("flops"),
+            "xla_flops_fit": xla_flops, "hbm_bytes_per_device": hbm, "hbm_method": method,
+            "xla_bytes_accessed_raw": raw.get("bytes accessed"), "per_layer_fit": fit,
+            "collective_bytes_per_device": coll["total_bytes"], "collective_bytes_by_kind": coll["bytes_by_kind"],
+            "collective_bytes_by_axis": coll["bytes_by_axis"], "collective_ops_by_kind": coll["ops_by_kind"],
+            "loops": coll["loops"], "unparsed_collectives": coll["unparsed_ops"],
+            "host_offload_bytes_per_device": host,
+            "host_bandwidth_needed": offload / roof["step_s_bound"] if roof["step_s_bound"] else None,
+            "tokens_per_step": ROWS * SEQ, **roof}
+
+
+# `python -m easylemur.aot` with its compile's dump dir kept (it writes it to a temporary
+# directory of its own): the module's tempfile.TemporaryDirectory, pointed at KEEP_DIR
+_EASYLEMUR_KEEPING = """
+import os, sys, types
+import easylemur.train.aot as aot
+from easylemur.errors import run_cli
+keep = sys.argv.pop(1)
+
+class _Keep:
+    def __init__(self, *a, **k):
+        os.makedirs(keep, exist_ok=True)
+    def __enter__(self):
+        return keep
+    def __exit__(self, *a):
+        return False
+
+aot.tempfile = types.SimpleNamespace(TemporaryDirectory=_Keep)
+sys.exit(run_cli(aot.main, sys.argv[1:]))
+"""
+
+
+def versions(python: str) -> str:
+    """jax and libtpu versions of a Python's environment."""
+    p = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('jax'), m.version('libtpu'))"],
+                       capture_output=True, text=True)
+    jax_v, _, libtpu_v = p.stdout.strip().partition(" ")
+    return f"jax {jax_v}, libtpu {libtpu_v}" if p.returncode == 0 else "?"
+
+
+def run_easylemur(mesh: str, remat: str = "config", cost: bool = False, keep: str | None = None,
+                  python: str | None = None) -> dict:
+    """easylemur.aot's result; `python`: another environment's interpreter (its jax and libtpu),
+    easylemur imported from this checkout."""
+    env = _env("")
+    if python:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    args = ["--config", "configs/lemur_70b_pretrain.py", "--accelerator", "v4-512", f"--config.mesh={mesh}"]
+    args += [] if remat == "config" else [f"--config.model.remat={remat}"]
+    args += ["--cost"] if cost else []
+    python = python or sys.executable
+    head = [python, "-c", _EASYLEMUR_KEEPING, keep] if keep else [python, "-m", "easylemur.aot"]
+    p = subprocess.run(head + args, cwd=ROOT, env=env, capture_output=True, text=True)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if not lines:
-        return {"ok": False, "error": p.stderr.strip().splitlines()[-1][:300]}
+        return {"ok": False, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:300]}
     r = json.loads(lines[-1])
+    if keep:  # the dump's other modules (the HBM probe) and unoptimized HLO are not what is compared
+        for path in glob.glob(f"{keep}/*"):
+            if "jit_step" not in os.path.basename(path) or not any(k in os.path.basename(path) for k in KEEP):
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
     return {"ok": r["fits"], "peak": r["peak_bytes_per_device"], "analysis_sum": r.get("memory_analysis", {}).get("sum"),
-            "attention": r["attention"], "remat": r["remat"]}
+            "attention": r["attention"], "remat": r["remat"], "cost": r.get("cost"),
+            "flops_per_device": r.get("flops_per_device_per_step")}
+
+
+def _note(what: str, res: dict) -> dict:
+    """A compile's result on stderr as it lands (a long run's partial results survive)."""
+    brief = {k: v for k, v in res.items() if k in ("ok", "peak", "analysis_sum", "error")}
+    print(f"{what}: {json.dumps(brief)}", file=sys.stderr, flush=True)
+    return res
+
+
+def cost_rows(columns: list[tuple[str, dict]]) -> str:
+    """easylemur's and MaxText's step cost side by side (per device per step, an estimate)."""
+    G = 1e9
+
+    def kind(c, k):
+        return f"{c['collective_bytes_by_kind'].get(k, 0) / G:.1f} GB"
+
+    rows = [
+        ("FLOPs (flops_per_token x tokens)", lambda c: f"{c['flops_per_device'] / 1e12:.0f} T"),
+        ("XLA FLOPs raw / layer fit", lambda c: f"{(c['xla_flops_raw'] or 0) / 1e12:.0f} T / {c['xla_flops_fit'] / 1e12:.0f} T"
+         + ("" if c.get("per_layer_fit") else " (raw, no fit)")),
+        ("HBM bytes (layer fit; raw)", lambda c: f"{c['hbm_bytes_per_device'] / G:.0f} GB "
+         f"({(c['xla_bytes_accessed_raw'] or 0) / G:.0f} GB)" + ("" if c.get("per_layer_fit") else " RAW, no fit")),
+        *[(f"collectives: {k}", (lambda k: lambda c: kind(c, k))(k)) for k in hlo_cost.KINDS],
+        ("collectives: total", lambda c: f"{c['collective_bytes_per_device'] / G:.1f} GB"),
+        ("collectives by mesh axis", lambda c: ", ".join(f"{a} {v / G:.1f}" for a, v in c["collective_bytes_by_axis"].items())),
+        ("collective ops per step", lambda c: ", ".join(f"{k} {v:.0f}" for k, v in c["collective_ops_by_kind"].items() if v)),
+        ("while loops (trips)", lambda c: ", ".join(str(lp["trips"]) for lp in c["loops"])),
+        ("host offload to + from host", lambda c: f"{sum(c['host_offload_bytes_per_device'].values()) / G:.1f} GB"),
+        ("compute / HBM / ICI time", lambda c: f"{c['compute_s']:.2f} / {c['hbm_s']:.2f} / {c['ici_s']:.2f} s"),
+        ("bound, by", lambda c: f"{c['step_s_bound']:.2f} s, {c['bound_by']}"),
+        ("MFU the bound allows", lambda c: f"{c['mfu_bound']:.0%}"),
+        ("no overlap (compute + ICI), MFU", lambda c: f"{c['step_s_no_overlap']:.2f} s, {c['mfu_no_overlap']:.1%}"),
+        ("days for 90B tokens at the bound", lambda c: f"{c['days_for_train_tokens']:.1f}"),
+    ]
+    lines = ["| | " + " | ".join(name for name, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for label, f in rows:
+        lines.append(f"| {label} | " + " | ".join(f(c) for _, c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _gib(x):
+    return f"{x / GiB:.2f}" if x else "-"
+
+
+def memory_table(rows: list[dict], py: Path) -> None:
+    """The memory rows: peak per device, memory_analysis sum, HBM free."""
+    print(f"easylemur: {versions(sys.executable)}; MaxText: {versions(str(py))} (also easylemur's rows marked *)")
+    print(f"{'system':10} {'mesh':14} {'attention, remat':28} {'peak GiB':>9} {'analysis sum':>13} {'headroom':>9}")
+    for r in rows:
+        mesh = "fsdp 256" if r["mesh"] == "fsdp" else "fsdp 64 x tp 4"
+        entries = [("easylemur" + ("*" if "@" in k else ""), res, f"{res.get('attention')}, {res.get('remat')}")
+                   for k, res in r["easylemur"].items()]
+        entries += [("MaxText", r["maxtext"]["full"], "splash, full"),
+                    ("MaxText", r["maxtext"]["offload"], "splash, input offload")]
+        for system, res, attn in entries:
+            head = f"{1 - res['peak'] / HBM:.1%}" if res.get("peak") else "-"
+            print(f"{system:10} {mesh:14} {attn:28} {_gib(res.get('peak')):>9} {_gib(res.get('analysis_sum')):>13} {head:>9}"
+                  + ("" if res.get("ok") else f"  (failed: {res.get('error', '')[:80]})"))
+    sys.stdout.flush()
 
 
 def main() -> int:
@@ -142,39 +368,72 @@ def main() -> int:
     ap.add_argument("--python", default=None,
                     help="a Python 3.12 for MaxText's venv (default: pyenv's 3.12, else python3.12 on PATH)")
     ap.add_argument("--meshes", default="fsdp,tp4", help="which of fsdp (fsdp 256) and tp4 (fsdp 64 x tensor 4)")
+    ap.add_argument("--easylemur-remat", default="config",
+                    help="easylemur rows: 'config' (the config's remat, full_offload) and/or remat values, e.g. config,full")
+    ap.add_argument("--same-compiler", action="store_true",
+                    help="also easylemur (the config's remat) compiled in MaxText's venv: its jax and libtpu, this code")
+    ap.add_argument("--cost", action="store_true",
+                    help="also the step cost of both side by side (an estimate; easylemur.aot --cost's method)")
+    ap.add_argument("--cost-meshes", default=None, help="with --cost: the meshes to cost (default: all of --meshes)")
+    ap.add_argument("--fit-remat", default="offload",
+                    help="with --cost: the MaxText remat settings (full, offload) whose HBM bytes get the 1-/2-layer fit")
+    ap.add_argument("--keep-dumps", default=None, help="keep each compile's memory reports and optimized HLO here")
     args = ap.parse_args()
     args.python = args.python or find_python("3.12")
     if not args.python:
         print("error: no Python 3.12 that runs (pyenv install 3.12, or --python PATH)", file=sys.stderr)
         return 2
     py = maxtext_venv(Path(args.maxtext_venv), args.python)
+    fit_remats = set(args.fit_remat.split(",")) if args.cost else set()
+    keep = lambda name: os.path.join(args.keep_dumps, name) if args.keep_dumps else None  # noqa: E731
+    cost_meshes = set((args.cost_meshes or args.meshes).split(",")) if args.cost else set()
+    # memory first, for every mesh (its table printed as soon as it is known), then the cost
     rows = []
     for name in args.meshes.split(","):
         mesh, mt_args = MESHES[name]
-        el = run_easylemur(mesh)
-        mt = {remat: run_maxtext(py, mt_args + extra) for remat, extra in MAXTEXT_REMAT.items()}
+        el = {remat: _note(f"{name} easylemur {remat}", run_easylemur(mesh, remat, keep=keep(f"{name}-easylemur-{remat}")))
+              for remat in args.easylemur_remat.split(",")}
+        if args.same_compiler:
+            el["config@maxtext-venv"] = _note(f"{name} easylemur, MaxText's compiler", run_easylemur(
+                mesh, "config", keep=keep(f"{name}-easylemur-config-maxtext-venv"), python=str(py)))
+        mt = {remat: _note(f"{name} MaxText {remat}", run_maxtext(
+                  py, mt_args + extra, MAXTEXT_MESH_SHAPE[name] if name in cost_meshes else None,
+                  keep(f"{name}-maxtext-{remat}")))
+              for remat, extra in MAXTEXT_REMAT.items()}
         rows.append({"mesh": name, "easylemur": el, "maxtext": mt})
-
-    def gib(x):
-        return f"{x / GiB:.2f}" if x else "-"
-
-    print(f"{'system':10} {'mesh':14} {'attention':22} {'peak GiB':>9} {'analysis sum':>13} {'headroom':>9}")
+    memory_table(rows, py)
     for r in rows:
-        mesh = "fsdp 256" if r["mesh"] == "fsdp" else "fsdp 64 x tp 4"
-        ours = f"{r['easylemur'].get('attention')}, {r['easylemur'].get('remat')}"
-        for system, res, attn in (("easylemur", r["easylemur"], ours),
-                                  ("MaxText", r["maxtext"]["full"], "splash, full"),
-                                  ("MaxText", r["maxtext"]["offload"], "splash, input offload")):
-            head = f"{1 - res['peak'] / HBM:.1%}" if res.get("peak") else "-"
-            print(f"{system:10} {mesh:14} {attn:22} {gib(res.get('peak')):>9} {gib(res.get('analysis_sum')):>13} {head:>9}"
-                  + ("" if res.get("ok") else f"  (failed: {res.get('error', '')[:80]})"))
+        if r["mesh"] not in cost_meshes:
+            continue
+        mesh, mt_args = MESHES[r["mesh"]]
+        # easylemur's cost is easylemur.aot --cost's own (its step compiled again, and its layer fit)
+        with_cost = _note(f"{r['mesh']} easylemur --cost", run_easylemur(mesh, cost=True))
+        r["easylemur"].setdefault("config", {})["cost"] = with_cost.get("cost")
+        flops = next((e["flops_per_device"] for e in r["easylemur"].values() if e.get("flops_per_device")), None)
+        for remat, extra in MAXTEXT_REMAT.items():
+            fit = maxtext_layer_fit(py, mt_args + extra) if remat in fit_remats else None
+            r["maxtext"][remat]["cost"] = maxtext_cost(r["maxtext"][remat], fit, flops) if flops else None
+
+    if args.cost:
+        for r in rows:
+            mesh = "fsdp 256" if r["mesh"] == "fsdp" else "fsdp 64 x tp 4"
+            cols = [(f"easylemur {res.get('remat')}, {mesh}", res["cost"]) for res in r["easylemur"].values() if res.get("cost")]
+            cols += [(f"MaxText {remat}, {mesh}", res["cost"]) for remat, res in r["maxtext"].items() if res.get("cost")]
+            print(f"\nstep cost per device per step, v4-512, {mesh} (an ESTIMATE: roofline, no overlap modelled)")
+            print(cost_rows(cols))
     summary = {}
     for r in rows:
-        el = r["easylemur"].get("peak")
+        el = r["easylemur"].get("config", next(iter(r["easylemur"].values()))).get("peak")
         summary[r["mesh"]] = {"easylemur_peak_bytes": el,
+                              **{f"easylemur_remat_{k}_peak_bytes": v.get("peak") for k, v in r["easylemur"].items()
+                                 if k != "config"},
                               **{f"maxtext_{k}_peak_bytes": v.get("peak") for k, v in r["maxtext"].items()},
                               "easylemur_le_maxtext": bool(el) and all(v.get("peak") and el <= v["peak"]
                                                                         for v in r["maxtext"].values())}
+        if args.cost:
+            summary[r["mesh"]]["cost"] = {
+                **{f"easylemur_{k}": v.get("cost") for k, v in r["easylemur"].items() if v.get("cost")},
+                **{f"maxtext_{k}": v.get("cost") for k, v in r["maxtext"].items() if v.get("cost")}}
     print(json.dumps(summary))
     return 0
 

@@ -123,6 +123,7 @@ def parse_module(text: str) -> tuple[dict[str, Computation], str]:
                 entry = m.group(2) if m.group(1) else entry
             continue
         if line.strip() == "}":
+            _tuple_refs(cur)
             cur = None
             continue
         ins = _parse_instr(line)
@@ -131,6 +132,36 @@ def parse_module(text: str) -> tuple[dict[str, Computation], str]:
             if ins.root:
                 cur.root = ins
     return comps, entry
+
+
+def _tuple_refs(comp: Computation) -> None:
+    """Newer XLA prints a tuple element used as an operand as `%x#k` (no get-tuple-element
+    instruction): each such reference becomes the get-tuple-element it stands for, named `x#k`,
+    so the rest reads both forms alike."""
+    for ins in list(comp.instrs.values()):
+        for ref in ins.operands:
+            base, sep, k = ref.partition("#")
+            if sep and k.isdigit() and ref not in comp.instrs and base in comp.instrs:
+                shape = _tuple_element(comp.instrs[base].shape, int(k))
+                comp.instrs[ref] = Instr(ref, shape, "get-tuple-element", [base], f", index={k}")
+
+
+def _tuple_element(shape: str, k: int) -> str:
+    """The k-th top-level element of a tuple shape string ("" when there is none)."""
+    shape = re.sub(r"/\*.*?\*/", "", shape).strip()
+    if not shape.startswith("("):
+        return ""
+    parts, depth, start = [], 0, 1
+    for i, ch in enumerate(shape[1:-1], 1):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(shape[start:i].strip())
+            start = i + 1
+    parts.append(shape[start:-1].strip())
+    return parts[k] if k < len(parts) else ""
 
 
 def _callees(ins: Instr) -> list[str]:
