@@ -28,7 +28,10 @@ RULES: tuple[tuple[str, Any], ...] = (
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("head_dim", None),
-    ("mlp", "tensor"),
+    # then fsdp: a [mlp, embed] kernel (down_proj) is split on its wide mlp dimension, not on
+    # embed (already fsdp's in gate/up_proj, [embed, mlp]); at fsdp 256 an 8192-wide embed leaves
+    # 32 columns a device, which the TPU's (8, 128) tiles pad 4x in every optimizer buffer
+    ("mlp", ("tensor", "fsdp")),
     ("norm", None),
     ("layers", None),
     # activations
@@ -151,6 +154,19 @@ def _slice_mesh(shape: tuple[int, ...], devices: list) -> np.ndarray:
         return np.asarray(jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices).devices)
     except Exception:
         return np.asarray(devices).reshape(shape)
+
+
+def gathered_rules(rules: Sequence[tuple[str, Any]] = RULES, axis: str = "fsdp") -> tuple[tuple[str, Any], ...]:
+    """The rule table with `axis` taken out of every target: a parameter constrained by it is
+    gathered over that axis (what FSDP does before a layer uses its weights)."""
+    def drop(target):
+        if target == axis:
+            return None
+        if isinstance(target, tuple):
+            kept = tuple(t for t in target if t != axis)
+            return kept[0] if len(kept) == 1 else (kept or None)
+        return target
+    return tuple((name, drop(target)) for name, target in rules)
 
 
 def logical_to_spec(

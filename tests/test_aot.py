@@ -51,13 +51,13 @@ GiB = 2**30
 @needs_libtpu
 def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
     """As a v4-512 TPU VM presents it: 256 megacore devices of 30.75 GiB. The TPU compiler's own
-    peak leaves at least 35% of HBM free (MaxText's llama2-70b with splash attention: 37% at
-    fsdp 256)."""
+    peak leaves at least 68% of HBM free at fsdp 256 (MaxText's llama2-70b with the same
+    layer-input offload: 70.9%; easylemur before down_proj was split on its mlp dimension: 64.9%)."""
     rc, out = _aot("--accelerator", "v4-512")
     assert (rc, out["devices"], out["chip_config"], out["topology"]) == (0, 256, "megacore", "v4:4x8x8"), out
     assert out["fits"] is True and out["batch"] == [512, 4096]
     assert out["hbm_bytes_per_device"] == 30.75 * GiB  # as the compiler states it
-    assert out["headroom"] >= 0.35 and out["peak_bytes_per_device"] <= 0.65 * out["hbm_bytes_per_device"], out
+    assert out["headroom"] >= 0.68 and out["peak_bytes_per_device"] <= 0.32 * out["hbm_bytes_per_device"], out
     assert out["model_from"].startswith("preset 'llama2_70b'")  # init.from's weights are not on this machine
     cfg = load_config("configs/lemur_70b_pretrain.py", [f"workdir={NO_RUN}"])
     model_cfg, _ = run_model_config(cfg)

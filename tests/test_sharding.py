@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from easylemur import sharding
@@ -55,7 +56,7 @@ def test_param_partition_specs():
     assert layer["self_attn"]["k_proj"]["kernel"] == P("fsdp", "tensor")  # [embed, kv_heads, head_dim]
     assert layer["self_attn"]["o_proj"]["kernel"] == P("tensor", None, "fsdp")  # [heads, head_dim, embed]
     assert layer["mlp"]["gate_proj"]["kernel"] == P("fsdp", "tensor")
-    assert layer["mlp"]["down_proj"]["kernel"] == P("tensor", "fsdp")
+    assert layer["mlp"]["down_proj"]["kernel"] == P(("tensor", "fsdp"))  # [mlp, embed]: the wide dim takes both
     assert layer["input_layernorm"]["scale"] == P()
     assert specs["norm"]["scale"] == P()
 
@@ -130,10 +131,10 @@ def test_kernel_gather_keeps_rows_in_place():
     w = rng.standard_normal((32, 16)).astype(np.float32)
     act = sharding.named_sharding(("batch", "length", "act_mlp"), x.shape, mesh)
     xs = jax.device_put(x, act)
-    ws = jax.device_put(w, sharding.named_sharding(("mlp", "embed"), w.shape, mesh))
+    ws = jax.device_put(w, NamedSharding(mesh, P("tensor", "fsdp")))  # the reproducer's kernel
 
     def down(x, w):
-        w = sharding.constrain(w, ("mlp", None), mesh)
+        w = sharding.constrain(w, ("mlp", "embed"), mesh, sharding.gathered_rules())
         return sharding.constrain(x @ w, ("batch", "length", "act_embed"), mesh)
 
     np.testing.assert_allclose(np.asarray(jax.jit(down)(xs, ws)), x @ w, rtol=1e-5, atol=1e-4)

@@ -36,7 +36,7 @@ from easylemur.model.attention import (
     attention_mask,
 )
 from easylemur.ops.matmul import low_precision_matmul
-from easylemur.sharding import ACCELERATED, RULES, constrain, platform
+from easylemur.sharding import ACCELERATED, RULES, constrain, gathered_rules, platform
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 FAMILIES = ("llama", "qwen2", "mistral")  # convert/families.py maps each to its HF config
@@ -313,7 +313,7 @@ class Dense(nn.Module):
         out_dtype = self.out_dtype or self.dtype
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
         if self.gather_mesh is not None:
-            kernel = constrain(kernel, tuple(None if n == "embed" else n for n in self.logical), self.gather_mesh)
+            kernel = constrain(kernel, self.logical, self.gather_mesh, gathered_rules())
         if jnp.dtype(self.dtype) == jnp.float32:
             lhs = tuple(range(x.ndim - self.contract, x.ndim))
             rhs = tuple(range(self.contract))
