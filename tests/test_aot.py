@@ -169,7 +169,10 @@ def test_collectives_of_a_pure_fsdp_step_from_its_hlo():
 
     text, m, mesh = _tiny_step_hlo(["mesh=data:1,fsdp:-1,tensor:1", "model.scan_layers=false"])
     out = collective_bytes(text, dict(mesh.shape))
-    assert set(out["bytes_by_axis"]) == {"fsdp"} and out["unparsed_ops"] == 0, out
+    # besides fsdp's gathers and reductions only a small re-tiling exchange may appear: down_proj's
+    # shard of the mlp dimension (352 / 4 = 88 rows) is not a whole number of bf16 (16, 128) tiles
+    assert set(out["bytes_by_axis"]) <= {"fsdp", "permute"} and out["unparsed_ops"] == 0, out
+    assert out["bytes_by_axis"].get("permute", 0) <= 0.01 * out["total_bytes"], out
     gathered = _layer_matrix_bytes(m) * 3 / 4
     head = 2 * m.hidden_size * m.vocab_size * 3 / 4
     assert 2 * gathered <= out["bytes_by_kind"]["all-gather"] <= 3 * (gathered + head), out
