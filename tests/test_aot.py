@@ -23,7 +23,9 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
 
 
 def _aot(*args: str, config: str = "configs/lemur_70b_pretrain.py") -> tuple[int, dict]:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    # ALLOW_MULTIPLE_LIBTPU_LOAD: another process describing a topology (this test's own
+    # in-process ones, or an aot run beside the suite) holds libtpu's lockfile
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
     # a workdir of its own: the config's relative runs/ may hold a real run (the demo's) to resume
     p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", config,
                         f"--config.workdir={NO_RUN}", *args],
