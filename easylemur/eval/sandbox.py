@@ -56,6 +56,7 @@ import tempfile
 import threading
 import time
 import warnings
+from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from easylemur.errors import InputError, RunError
@@ -87,6 +88,70 @@ class Job:
     tests: str = ""
     setup: str = ""
     entry_point: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """An untrusted program run as commands inside the sandbox (any language): the trusted
+    runner (`sandbox_runner.py`, pid 1) writes `files` into the working directory (/tmp; a
+    name ending in `executable` gets mode 0755), then runs `steps` in order (argv lists, looked
+    up on the sandbox's PATH; a compile step, then the program). A step that exits non-zero ends
+    the run. It passes when every step exits 0 and, when `end_marker` is set, the last step
+    printed that line: the tests' own last statement prints it, so a program that exits early
+    with status 0 does not pass. `output_bytes` of the combined stdout and stderr come back
+    (head and tail), for an agent's observation; never for the verdict. `libs`: Python
+    packages of this interpreter bound read-only at LIB_DIR (numpy, pandas, ...), nothing else
+    of its site-packages."""
+
+    files: tuple = ()  # ((name, str | bytes), ...)
+    steps: tuple = ()  # ((argv0, arg, ...), ...)
+    end_marker: str = ""
+    env: tuple = ()  # ((name, value), ...) beside PATH, HOME and LANG
+    output_bytes: int = 4096
+    executable: tuple = ()
+    libs: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramResult:
+    result: str  # "passed", "timed out" or "failed: <reason>" (the runner's words)
+    output: str = ""  # head and tail of the combined stdout and stderr (the program's own text)
+    exit_status: Optional[int] = None  # the last command's; None when it did not end by itself
+
+    @property
+    def passed(self) -> bool:
+        return self.result == PASSED
+
+
+PYTHON = "{python}"  # in a Program's argv: the sandbox's interpreter (the one Program.libs were installed for)
+LIB_DIR = "/opt/easylemur-lib"  # where Program.libs are bound inside the sandbox (on PYTHONPATH)
+_RUNNER = (Path(__file__).parent / "sandbox_runner.py").read_text()
+_PROGRAM_REASON = re.compile(r"failed ([A-Za-z0-9_ ().+-]{1,120})")
+
+
+def new_marker() -> str:
+    """A fresh end marker: what a program's tests print last."""
+    return "easylemur-tests-done-" + secrets.token_hex(12)
+
+
+def lib_binds(names: Sequence[str]) -> list[tuple[str, str]]:
+    """(host path, sandbox path) for each importable top-level package or module in `names`
+    and the `<name>.libs` folder of vendored shared libraries beside it (numpy.libs, ...).
+    An unknown name is an InputError."""
+    import importlib.util
+
+    binds = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not (spec.submodule_search_locations or spec.origin):
+            raise InputError(f"sandbox library {name!r}: not importable by {sys.executable}; pip install it")
+        path = list(spec.submodule_search_locations)[0] if spec.submodule_search_locations else spec.origin
+        binds.append((path, f"{LIB_DIR}/{os.path.basename(path)}"))
+        site = os.path.dirname(path)
+        for extra in (f"{name}.libs", f"{name.replace('_', '')}.libs"):
+            if os.path.isdir(os.path.join(site, extra)) and all(b[1] != f"{LIB_DIR}/{extra}" for b in binds):
+                binds.append((os.path.join(site, extra), f"{LIB_DIR}/{extra}"))
+    return binds
 
 
 @dataclasses.dataclass
@@ -168,13 +233,16 @@ class Sandbox:
             args += ["--ro-bind", prefix, prefix]
         return args
 
-    def _argv(self, python: str, job_fd: int, result_fd: int, mode: str, info_fd: int) -> list[str]:
-        checker = [python, "-I", "-S", "-B", "-c", _CHECKER, str(job_fd), str(result_fd)]
+    def _argv(self, python: str, script: str, fds: Sequence[int], mode: str, info_fd: int,
+              binds: Sequence[tuple[str, str]] = ()) -> list[str]:
+        checker = [python, "-I", "-S", "-B", "-c", script, *map(str, fds)]
         if mode == "none":
             return checker
+        extra = [a for host, inside in binds for a in ("--ro-bind", host, inside)]
         return [
             self.bwrap,
             *self._binds(python),
+            *extra,
             "--dev", "/dev",
             "--size", str(self.shm_bytes), "--tmpfs", "/dev/shm",
             "--remount-ro", "/dev",  # bwrap's /dev is a tmpfs of its own, without a cap
@@ -204,30 +272,67 @@ class Sandbox:
         mode = self.check()
         return self._run_once(job if isinstance(job, Job) else Job(code=job), slot, mode, self.python, self.timeout)[0]
 
+    def run_program(self, program: Program, slot: int = 0, timeout: Optional[float] = None) -> ProgramResult:
+        """Runs one Program; `timeout` (default: the sandbox's) covers all of its steps."""
+        mode = self.check()
+        return self._run_program(program, slot, mode, self.python, timeout or self.timeout)
+
     def _run_once(self, job: Job, slot: int, mode: str, python: str, timeout: float,
                   diagnose: bool = False) -> tuple[str, str]:
         """(result, diagnostics): the diagnostics are bwrap's and the checker's stderr, read only
         for the harness's own probe in check(), never for a job's result."""
+        payload = {"code": job.code, "setup": job.setup, "tests": job.tests, "entry_point": job.entry_point,
+                   "server": _SERVER, "path": SANDBOX_PATH}
+        result, tail, _, _ = self._spawn(_CHECKER, payload, (), slot, mode, python, timeout, diagnose, None, _REASON)
+        return result, tail
+
+    def _run_program(self, program: Program, slot: int, mode: str, python: str, timeout: float) -> ProgramResult:
+        files = [(name, data.encode() if isinstance(data, str) else bytes(data)) for name, data in program.files]
+        for name, _ in files:
+            if not name or name.startswith("/") or ".." in name.split("/"):
+                raise InputError(f"sandbox program file {name!r}: expected a relative path inside the working dir")
+        binds = lib_binds(program.libs) if program.libs else []
+        env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **dict(program.env)}
+        if binds:
+            env["PYTHONPATH"] = LIB_DIR + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        steps = [[python if a == PYTHON else str(a) for a in argv] for argv in program.steps]
+        payload = {"files": files, "steps": steps,
+                   "marker": program.end_marker, "env": env, "output_bytes": int(program.output_bytes),
+                   "executable": list(program.executable)}
+        result, _, output, status = self._spawn(_RUNNER, payload, binds, slot, mode, python, timeout, False,
+                                                program, _PROGRAM_REASON)
+        return ProgramResult(result, output, status)
+
+    def _spawn(self, script: str, payload: dict, binds: Sequence[tuple[str, str]], slot: int, mode: str, python: str,
+               timeout: float, diagnose: bool, program: Optional[Program], reason: "re.Pattern[str]"
+               ) -> tuple[str, str, str, Optional[int]]:
+        """Runs `script` as the sandbox's pid 1 with the job in a memfd; returns (result,
+        diagnostics, output, exit status). Output and status come only from a Program's runner."""
         token = secrets.token_hex(16)
         job_fd = os.memfd_create("job", 0)
-        result_r, result_w = os.pipe()  # the checker's verdict; no other process in the sandbox holds it
+        out_fd = os.memfd_create("output", 0) if program is not None else -1
+        result_r, result_w = os.pipe()  # the verdict; no other process in the sandbox holds it
         info_r, info_w = os.pipe()  # bwrap reports the pid of the sandbox's first process here
         workdir = tempfile.mkdtemp(prefix="easylemur-unsafe-") if mode == "none" else "/tmp"
+        if mode == "none":
+            os.chmod(workdir, 0o755)
         try:
-            payload = {"token": token, "code": job.code, "setup": job.setup, "tests": job.tests,
-                       "entry_point": job.entry_point, "server": _SERVER, "workdir": workdir, "path": SANDBOX_PATH}
+            payload = {**payload, "token": token, "workdir": workdir}
             os.write(job_fd, marshal.dumps(payload, 4))  # version 4: read by any Python 3.4+
             os.lseek(job_fd, 0, os.SEEK_SET)
             with tempfile.TemporaryFile() as err:
                 if mode == "uid":  # the sandbox's uid writes its stderr into this file
                     os.fchown(err.fileno(), UID_BASE + slot, UID_BASE + slot)
-                argv = self._launcher(slot, mode) + self._argv(python, job_fd, result_w, mode, info_w)
+                    if out_fd >= 0:
+                        os.fchown(out_fd, UID_BASE + slot, UID_BASE + slot)
+                fds = [job_fd, result_w, info_w] + ([out_fd] if out_fd >= 0 else [])
+                argv = self._launcher(slot, mode) + self._argv(python, script, fds[:2] + fds[3:], mode, info_w, binds)
                 try:
                     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=err if diagnose else subprocess.DEVNULL, env={},
-                                            pass_fds=(job_fd, result_w, info_w), start_new_session=True, cwd="/")
+                                            pass_fds=tuple(fds), start_new_session=True, cwd="/")
                 except OSError as e:
-                    return f"failed: cannot start the sandbox ({type(e).__name__})", str(e)
+                    return f"failed: cannot start the sandbox ({type(e).__name__})", str(e), "", None
                 finally:
                     os.close(info_w)
                     os.close(result_w)
@@ -243,8 +348,15 @@ class Sandbox:
                     err.seek(0, os.SEEK_END)
                     err.seek(max(0, err.tell() - 2000))
                     tail = " ".join(err.read().decode("utf-8", "replace").split())[-500:]
+            output, status = "", None
+            if out_fd >= 0:
+                os.lseek(out_fd, 0, os.SEEK_SET)
+                raw = os.read(out_fd, 4 * max(program.output_bytes, 1024) + 4096)
+                text, _, last = raw.rpartition(b"\n")
+                output = text.decode("utf-8", "replace")
+                status = int(last) if last.lstrip(b"-").isdigit() and int(last) != -1 else None
             if code is None:
-                return TIMED_OUT, tail
+                return TIMED_OUT, tail, output, None
             os.set_blocking(result_r, False)
             try:
                 verdict = os.read(result_r, 4096).decode("ascii", "replace")
@@ -253,19 +365,21 @@ class Sandbox:
         finally:
             os.close(result_r)
             os.close(info_r)
+            if out_fd >= 0:
+                os.close(out_fd)
             if mode == "none":
                 shutil.rmtree(workdir, ignore_errors=True)
         if secrets.compare_digest(verdict, f"{PASSED} {token}"):
-            return PASSED, tail
-        m = _REASON.fullmatch(verdict)
+            return PASSED, tail, output, status
+        m = reason.fullmatch(verdict)
         if m:
-            return "failed: " + m.group(1), tail
+            return "failed: " + m.group(1), tail, output, status
         if code < 0:
             try:
-                return f"failed: killed by {signal.Signals(-code).name}", tail
+                return f"failed: killed by {signal.Signals(-code).name}", tail, output, status
             except ValueError:
-                return f"failed: killed by signal {-code}", tail
-        return f"failed: no verdict (exit status {code})", tail
+                return f"failed: killed by signal {-code}", tail, output, status
+        return f"failed: no verdict (exit status {code})", tail, output, status
 
 
 _LAUNCHER = """
@@ -704,9 +818,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def run_programs(programs: Sequence[Union[Job, str]], sandbox: Sandbox, workers: int = 0,
+def run_programs(programs: Sequence[Union[Job, Program, str]], sandbox: Sandbox, workers: int = 0,
                  progress: Optional[Callable[[], None]] = None) -> list[str]:
-    """Runs jobs (a str is `Job(code=...)`) `workers` at a time (0: one per core); results in input order."""
+    """Runs jobs (a str is `Job(code=...)`; a Program by its runner) `workers` at a time (0: one
+    per core); results in input order."""
     sandbox.check()
     workers = workers or os.cpu_count() or 1
     slots = list(range(workers))
@@ -717,7 +832,8 @@ def run_programs(programs: Sequence[Union[Job, str]], sandbox: Sandbox, workers:
         with slot_lock:
             slot = slots.pop()
         try:
-            results[i] = sandbox.run(programs[i], slot)
+            job = programs[i]
+            results[i] = sandbox.run_program(job, slot).result if isinstance(job, Program) else sandbox.run(job, slot)
         finally:
             with slot_lock:
                 slots.append(slot)

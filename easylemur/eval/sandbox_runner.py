@@ -1,0 +1,146 @@
+"""The trusted runner of a `sandbox.Program`: pid 1 of the sandbox, standard library only (it is
+passed to the interpreter as text and runs with -I -S, so it imports nothing of easylemur).
+
+It reads the job from a memfd (the files to write, the commands, the end marker and the
+harness's token), makes itself non-dumpable, closes every descriptor but the verdict pipe and
+the output memfd, writes the files into its working directory, then runs the commands one by
+one (each in a fresh process with the sandbox's environment), draining their combined stdout
+and stderr. A command that exits non-zero ends the run. The verdict line it writes is
+"passed <token>" when every command exited 0 and, if the job has an end marker, the last
+command printed it as a line of its own; else "failed <reason>". The output it kept (the head
+and the tail, at most `output_bytes` in all) goes to the output memfd, followed by the last
+command's exit status; the harness reads it after the sandbox is gone.
+
+The token is what the harness checks; the end marker is what proves the program ran its
+tests to the end (a program that exits early with status 0 never prints it). The marker is
+in the program's own source, so a program written to find it there could print it: the
+documented limit of judging a single-process program (docs/design.md, "Languages").
+"""
+
+import os
+import select
+import signal
+import sys
+
+job_fd, result_fd, output_fd = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # pid 1 of its namespace: no signal from the program reaches it
+child = None
+
+
+def verdict(text, kept=b"", status=-1):
+    if child is not None:  # the unsafe mode has no namespace to end it
+        try:
+            os.kill(child, 9)
+        except OSError:
+            pass
+    try:
+        os.write(output_fd, kept + b"\n" + str(status).encode())
+    except OSError:
+        pass
+    os.write(result_fd, text.encode("ascii", "replace")[:4000])
+    os.close(result_fd)
+    os._exit(0)
+
+
+try:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # PR_SET_DUMPABLE 0: the same-uid program can neither ptrace this process nor read its
+    # /proc/<pid>/{mem,environ,fd}; checked with PR_GET_DUMPABLE.
+    if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(3, 0, 0, 0, 0) != 0:
+        raise OSError("prctl")
+except Exception:
+    verdict("failed harness cannot make the runner non dumpable")
+
+chunks = []
+while True:
+    chunk = os.read(job_fd, 1 << 20)
+    if not chunk:
+        break
+    chunks.append(chunk)
+os.close(job_fd)
+import marshal  # noqa: E402 - after the descriptor is read, as in the checker
+
+job = marshal.loads(b"".join(chunks))
+token = job.pop("token")
+for fd in os.listdir("/proc/self/fd"):
+    if int(fd) > 2 and int(fd) not in (result_fd, output_fd):
+        try:
+            os.close(int(fd))
+        except OSError:
+            pass
+os.set_inheritable(result_fd, False)
+os.set_inheritable(output_fd, False)
+
+workdir = job["workdir"]
+os.chdir(workdir)
+for name, data in job["files"]:
+    path = os.path.join(workdir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, 0o755 if name in job["executable"] else 0o644)
+
+limit = max(1024, job["output_bytes"])
+marker = ("\n" + job["marker"] + "\n").encode() if job["marker"] else b""
+env = dict(job["env"])
+env.setdefault("HOME", workdir)
+
+
+def run(argv):
+    """(exit status or -signal, the output kept, marker seen) of one command."""
+    global child
+    r, w = os.pipe()
+    try:
+        child = os.posix_spawnp(argv[0], argv, env,
+                                file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                                              (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2),
+                                              (os.POSIX_SPAWN_CLOSE, w), (os.POSIX_SPAWN_CLOSE, r)],
+                                setsigdef=(signal.SIGINT,))
+    except OSError as e:
+        os.close(r)
+        os.close(w)
+        return None, ("cannot start %s: %s" % (argv[0], e.strerror)).encode(), False
+    os.close(w)
+    head, tail, seen, window, total = b"", b"", False, b"\n", 0
+    while True:
+        select.select([r], [], [])
+        data = os.read(r, 1 << 16)
+        if not data:
+            break
+        total += len(data)
+        if marker and not seen:  # the marker may straddle two reads
+            both = window + data
+            seen = marker in both
+            window = both[-(len(marker) - 1):]
+        if len(head) < limit // 2:
+            take = limit // 2 - len(head)
+            head, data = head + data[:take], data[take:]
+        tail = (tail + data)[-(limit - limit // 2):]
+    os.close(r)
+    _, status = os.waitpid(child, 0)
+    child = None
+    kept = head + (b"\n[... %d bytes left out ...]\n" % (total - limit) if total > limit else b"") + tail
+    return os.waitstatus_to_exitcode(status), kept, seen
+
+
+steps = job["steps"]
+for i, argv in enumerate(steps):
+    code, kept, seen = run(argv)
+    what = "the program" if i == len(steps) - 1 else "step %d (%s)" % (i + 1, os.path.basename(argv[0]))
+    if code is None:
+        verdict("failed cannot start " + what.split(" (")[0], kept)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "signal %d" % -code
+        verdict("failed %s was killed by %s" % (what, name), kept, code)
+    if code != 0:
+        verdict("failed %s exited with status %d" % (what, code), kept, code)
+    if i == len(steps) - 1:
+        if marker and not seen:
+            verdict("failed exited before the tests finished", kept, code)
+        verdict("passed " + token, kept, code)
+verdict("failed no commands", b"")
