@@ -6,6 +6,7 @@ with every generated program run in the sandbox.
     python -m easylemur.eval humaneval --samples samples.jsonl --out eval/he_samples
     python -m easylemur.eval lm-eval --model easylemur --model_args path=CKPT --tasks hellaswag  (harness.py)
     python -m easylemur.eval watch --config CFG --config.eval.tasks=humaneval  (each new checkpoint: watch.py)
+    python -m easylemur.eval suite --endpoint URL --suite lemur --limit 20 --out DIR  (the table: suite.py)
 
 Writes DIR/samples.jsonl (`task_id`, `completion`: the code that was checked) and
 DIR/results.jsonl (`task_id`, `completion_id`, `passed`, `result`: "passed", "timed out" or
@@ -119,15 +120,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["lm-eval"]:
         return lm_eval_main(argv[1:])
+    if argv[:1] == ["suite"]:
+        from easylemur.eval.suite import main as suite_main
+
+        return suite_main(argv[1:])
     if argv[:1] == ["watch"]:
         from easylemur.eval.watch import main as watch_main
 
         return watch_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m easylemur.eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=("humaneval", "mbpp", "lm-eval", "watch"),
-                        help="lm-eval: every later argument goes to lm-evaluation-harness's CLI with --model easylemur "
-                             "registered (python -m easylemur.eval lm-eval --help); watch: eval.tasks on each new "
-                             "checkpoint of a run (python -m easylemur.eval watch --help)")
+    parser.add_argument("task", choices=("humaneval", "mbpp", "lm-eval", "watch", "suite"),
+                        help="suite: Lemur's evaluation table on a checkpoint or an endpoint (python -m easylemur.eval "
+                             "suite --help); lm-eval: every later argument goes to lm-evaluation-harness's CLI with "
+                             "--model easylemur registered (python -m easylemur.eval lm-eval --help); watch: eval.tasks on "
+                             "each new checkpoint of a run (python -m easylemur.eval watch --help)")
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="easylemur workdir, checkpoint step dir, or HF dir to generate with")
     src.add_argument("--samples", help="JSONL of {task_id, completion} to check instead of generating")

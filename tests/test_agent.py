@@ -1,0 +1,209 @@
+"""Multi-turn evaluation with environment feedback, end to end against a scripted
+OpenAI-compatible endpoint: each script reacts to what the harness feeds back, so the success
+turn of every episode is known in advance and the rates per turn budget must equal it exactly;
+and the suite command producing its table from the same endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scripted_endpoint import ScriptedEndpoint
+
+from easylemur.eval import agent
+from easylemur.eval.client import Client, EndpointError
+from easylemur.eval.sandbox import Sandbox
+from easylemur.eval.tasks import load_humaneval
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = Sandbox(timeout=20)
+    sb.check()
+    return sb
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return {p.task_id: p for p in load_humaneval(None)[:5]}
+
+
+def _solution(code: str) -> str:
+    return f"Here is my answer.\n<solution>\n```python\n{code}```\n</solution>"
+
+
+def humaneval_script(problems):
+    """Per problem, a player that reacts to the observations (the harness's only channel):
+    - HumanEval/0 proposes a wrong function, then the right one once told the check failed
+      with an AssertionError: solved at turn 2 with exec feedback, never without;
+    - HumanEval/1 runs code and needs to see its output (6) and then its own exception
+      (ZeroDivisionError) before it answers: solved at turn 3 with exec feedback;
+    - HumanEval/2 gives up (an empty reply); HumanEval/3 answers wrong twice;
+    - HumanEval/4 answers right at once, with a function that ends the program first
+      (os._exit(0)) on its first try: a cheat, so wrong; then honestly: solved at turn 2."""
+    by_entry = {p.entry_point: p for p in problems.values()}
+
+    def chat(messages):
+        first = messages[1]["content"]
+        p = next(p for e, p in by_entry.items() if f"def {e}(" in first)
+        turn = sum(m["role"] == "assistant" for m in messages) + 1
+        last = messages[-1]["content"] if turn > 1 else ""
+        right, wrong = p.text + p.solution, p.text + "    return None\n"
+        if p.task_id == "HumanEval/0":
+            return _solution(right if "AssertionError" in last else wrong)
+        if p.task_id == "HumanEval/1":
+            if turn == 1:
+                return "Let me check.\n<execute>\nprint(sum([1, 2, 3]))\n</execute>"
+            if "6" in last and "ZeroDivisionError" not in last and turn == 2:
+                return "```python\nx = 1 / 0\n```"
+            if "ZeroDivisionError" in last:
+                return _solution(right)
+            return "I am not sure what happened."
+        if p.task_id == "HumanEval/2":
+            return ""
+        if p.task_id == "HumanEval/3":
+            return _solution(wrong)
+        cheat = "import os\n" + p.text + "    os._exit(0)\n"
+        return _solution(cheat if turn == 1 else right)
+
+    return chat
+
+
+def test_feedback_loop_turn_by_turn(sandbox, problems):
+    task = agent.MHumanEval(list(problems.values()))
+    with ScriptedEndpoint(chat=humaneval_script(problems)) as ep:
+        client = Client(ep.url)
+        chat = lambda m: client.chat(m, max_tokens=64)  # noqa: E731
+        exec_eps = agent.run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="exec")
+        none_eps = agent.run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="none")
+    got = {e.task_id: (e.solved_at, e.end) for e in exec_eps}
+    assert got == {"HumanEval/0": (2, "solved"), "HumanEval/1": (3, "solved"), "HumanEval/2": (None, "gave up"),
+                   "HumanEval/3": (None, "wrong answers"), "HumanEval/4": (2, "solved")}
+    assert agent.success_rates(exec_eps, 5) == {"success@1": 0.0, "success@2": 0.4, "success@3": 0.6,
+                                                "success@4": 0.6, "success@5": 0.6}
+    # each observation fed back is in the transcript, turn by turn
+    e1 = next(e for e in exec_eps if e.task_id == "HumanEval/1")
+    assert [t.action for t in e1.turns] == ["execute", "execute", "solution"]
+    assert e1.turns[0].observation.startswith("6\n") and "4 turns left" in e1.turns[0].observation
+    assert "ZeroDivisionError: division by zero" in e1.turns[1].observation
+    assert "run_cells" not in e1.turns[1].observation  # the harness's own frame is left out
+    assert e1.messages[3]["content"].startswith("Observation:\n6\n")
+    e0 = next(e for e in exec_eps if e.task_id == "HumanEval/0")
+    assert e0.turns[0].verdict == "failed: AssertionError"
+    assert "Your answer is wrong. The check failed: AssertionError." in e0.turns[0].observation
+    e4 = next(e for e in exec_eps if e.task_id == "HumanEval/4")
+    assert e4.turns[0].verdict == "failed: exited before the tests finished"
+    # without execution feedback the debugging players never see what they react to
+    assert {e.task_id: e.solved_at for e in none_eps} == {"HumanEval/0": None, "HumanEval/1": None,
+                                                          "HumanEval/2": None, "HumanEval/3": None, "HumanEval/4": 2}
+    e1n = next(e for e in none_eps if e.task_id == "HumanEval/1")
+    assert "6" not in e1n.turns[0].observation and "no execution feedback" in e1n.turns[0].observation
+
+
+def test_notebook_state_persists_and_output_is_clipped(sandbox):
+    slots = agent.SlotPool(1)
+    cells = ["x = 41\nprint('setup output is not repeated')", "import numpy as np\ny = int(np.int64(x) + 1)"]
+    r = slots.run(sandbox, agent.python_cells(cells + ["print(y)"]))
+    assert r.output == "42\n"
+    r = slots.run(sandbox, agent.python_cells(["print('a' * 10000)"], observation_chars=1000))
+    assert len(agent.clip(r.output, 1000)) < 1100 and "left out" in agent.clip(r.output, 1000)
+    r = slots.run(sandbox, agent.python_cells(["open('/etc/passwd').read()"]))
+    assert "FileNotFoundError" in r.output  # the host's files are not there
+
+
+def test_parse_reply():
+    langs = agent.MHumanEval.languages
+    assert agent.parse_reply("<execute>\nprint(1)\n</execute>", langs) == ("execute", "print(1)")
+    assert agent.parse_reply("```python\nprint(2)\n```\n<solution>7</solution>", langs) == ("solution", "7")
+    assert agent.parse_reply("```sql\nSELECT 1\n```", langs) == ("none", "")
+    assert agent.parse_reply("```sql\nSELECT 1\n```", ("sql",)) == ("execute", "SELECT 1\n")
+    assert agent.parse_reply("submit", ("sql",)) == ("solution", "")
+    assert agent.parse_reply("  \n", langs) == ("give up", "")
+    assert agent.as_number("so the total is $1,234.50.") == 1234.5 and agent.as_number("none") is None
+
+
+def test_m_gsm8k_tool_then_answer(sandbox, tmp_path):
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text(json.dumps({"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
+                                "answer": "48 + 24 = 72\n#### 72"}) + "\n"
+                    + json.dumps({"question": "What is 3 times 5?", "answer": "#### 15"}) + "\n")
+    task = agent.MGSM8K(agent.load_gsm8k(data))
+
+    def chat(messages):
+        turn = sum(m["role"] == "assistant" for m in messages) + 1
+        if turn == 1:
+            return "<execute>print(48 + 48 / 2)</execute>" if "Natalia" in messages[1]["content"] else \
+                "<solution>The answer is 16</solution>"
+        seen = agent.as_number(messages[-1]["content"].split("\n")[1])  # the tool's output, if it ran
+        return f"<solution>{seen:g}</solution>" if seen is not None else "<solution>16</solution>"
+
+    eps = agent.run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=1, turns=3)
+    assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (None, "wrong answers")]
+    assert eps[0].turns[0].observation.startswith("72.0")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q"}\n')
+    with pytest.raises(agent.EvalDataError, match=r"bad.jsonl:1: expected keys question and answer"):
+        agent.load_gsm8k(bad)
+
+
+def test_client_errors_name_the_endpoint():
+    with ScriptedEndpoint(chat=lambda m: "hi") as ep:
+        c = Client(ep.url)
+        assert c.model == "scripted" and c.chat([{"role": "user", "content": "x"}], max_tokens=4) == "hi"
+        with pytest.raises(EndpointError, match=r"HTTP 404: model 'nope' not found"):
+            Client(ep.url, model="nope").chat([{"role": "user", "content": "x"}], max_tokens=4)
+    with pytest.raises(EndpointError, match="no answer"):
+        Client(ep.url, model="m", retries=0).chat([], max_tokens=1)
+
+
+def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
+    """`python -m easylemur.eval suite --endpoint URL` produces the table: the code row from
+    completions, the agent rows from episodes with the rates the scripts were designed for,
+    and every benchmark without data a skipped row that says why."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "What is 6 times 7?", "answer": "#### 42"}) + "\n")
+    right = {p.text: p.solution for p in problems.values() if p.task_id in ("HumanEval/0", "HumanEval/1")}
+
+    def complete(prompt):
+        return right.get(prompt, "    return None\n")
+
+    script = humaneval_script(problems)
+
+    def chat(messages):
+        if "6 times 7" in messages[1]["content"]:
+            return "<execute>print(6 * 7)</execute>" if len(messages) == 2 else "<solution>42</solution>"
+        return script(messages)
+
+    out = tmp_path / "table"
+    with ScriptedEndpoint(chat=chat, complete=complete) as ep:
+        proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--endpoint", ep.url, "--suite", "lemur",
+                               "--tasks", "humaneval,m_humaneval,m_gsm8k,mbpp,multipl_e:js,multipl_e,spider",
+                               "--limit", "5", "--data-dir", str(data), "--out", str(out), "--workers", "2"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300,
+                              env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = json.loads((out / "table.json").read_text())
+    rows = table["tasks"]
+    assert rows["humaneval"]["score"] == pytest.approx(2 / 5) and rows["humaneval"]["n"] == 5
+    assert rows["m_humaneval"]["score"] == pytest.approx(3 / 5) and rows["m_humaneval"]["success@1"] == 0.0
+    assert rows["m_humaneval"]["success@2"] == pytest.approx(2 / 5)
+    assert rows["m_gsm8k"]["score"] == 1.0 and rows["m_gsm8k"]["success@1"] == 0.0
+    for name in ("mbpp", "multipl_e:js", "spider"):
+        assert "no data" in rows[name]["skipped"] and f"--data {name}=PATH" in rows[name]["skipped"]
+    assert rows["multipl_e"] == {"skipped": "none of multipl_e:js ran"} or "skipped" in rows["multipl_e"]
+    md = (out / "table.md").read_text()
+    assert re.search(r"\| \*\*scripted\*\* \| 40\.0 \| skipped\[\^\d\] \| skipped", md)
+    assert "Lemur-70B-Chat (paper) | 61.0" in md and "| M-HumanEval | exec | 0.0 | 40.0 | 60.0 | 60.0 | 60.0 |" in md
+    episodes = [json.loads(line) for line in (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()]
+    e1 = next(e for e in episodes if e["task_id"] == "HumanEval/1")
+    assert [m["content"].split("\n")[1] for m in e1["messages"] if m["content"].startswith("Observation:")][:1] == ["6"]
