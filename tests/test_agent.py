@@ -165,21 +165,70 @@ def test_client_errors_name_the_endpoint():
         Client(ep.url, model="m", retries=0).chat([], max_tokens=1)
 
 
+def _spider(root: Path) -> Path:
+    """Spider's published layout (the fixture tests/test_sql.py builds) under root/spider."""
+    from test_sql import QUESTIONS, TABLES, _make_db
+
+    d = root / "spider"
+    _make_db(d / "database" / "music" / "music.sqlite")
+    (d / "dev.json").write_text(json.dumps([{"db_id": db, "question": q, "query": g} for db, q, g in QUESTIONS]))
+    (d / "tables.json").write_text(json.dumps(TABLES))
+    return d
+
+
+def sql_script(messages):
+    """InterCode-SQL players: one queries, reads the count and submits (turn 2); one proposes a
+    wrong query, then runs a broken one, and answers right only after seeing the database's error
+    (turn 3); one orders the rows the wrong way twice."""
+    q = messages[1]["content"]
+    turn = sum(m["role"] == "assistant" for m in messages) + 1
+    last = messages[-1]["content"]
+    if "How many singers" in q:
+        return "```sql\nSELECT count(*) FROM singer\n```" if turn == 1 else ("submit" if "8" in last else "")
+    if "from France" in q:
+        if turn == 1:
+            return "<solution>SELECT name FROM singer WHERE country = 'Spain'</solution>"
+        if turn == 2:
+            return "<execute>SELECT nam FROM singer</execute>"
+        return "<solution>SELECT name FROM singer WHERE country = 'France'</solution>" if "no such column" in last else ""
+    return "<solution>SELECT name, age FROM singer ORDER BY age ASC</solution>"
+
+
+def test_sql_agent_queries_observes_and_submits(sandbox, tmp_path):
+    from easylemur.eval import sql_agent
+
+    task = sql_agent.SqlAgent(sql_agent.load(_spider(tmp_path)))
+    eps = agent.run_episodes(task, sql_script, sandbox, concurrency=3, sandbox_workers=2, turns=5)
+    assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (3, "solved"), (None, "wrong answers")]
+    assert "8" in eps[0].turns[0].observation and eps[0].turns[1].action == "solution"
+    assert "no such column: nam" in eps[1].turns[1].observation
+    assert eps[2].turns[0].verdict.startswith("failed")
+    none = agent.run_episodes(task, sql_script, sandbox, concurrency=3, sandbox_workers=2, turns=5, feedback="none")
+    assert [e.solved_at for e in none] == [None, None, None]
+
+
 def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     """`python -m easylemur.eval suite --endpoint URL` produces the table: the code row from
     completions, the agent rows from episodes with the rates the scripts were designed for,
     and every benchmark without data a skipped row that says why."""
     data = tmp_path / "data"
     data.mkdir()
+    _spider(data)
     (data / "gsm8k.jsonl").write_text(json.dumps({"question": "What is 6 times 7?", "answer": "#### 42"}) + "\n")
     right = {p.text: p.solution for p in problems.values() if p.task_id in ("HumanEval/0", "HumanEval/1")}
 
     def complete(prompt):
+        if "How many singers" in prompt:  # Spider's base prompt ends in SELECT
+            return " count(*) FROM singer;"
+        if "from France" in prompt:
+            return " name FROM singer WHERE country = 'Spain';"
         return right.get(prompt, "    return None\n")
 
     script = humaneval_script(problems)
 
     def chat(messages):
+        if "Question:" in messages[1]["content"]:
+            return sql_script(messages)
         if "6 times 7" in messages[1]["content"]:
             return "<execute>print(6 * 7)</execute>" if len(messages) == 2 else "<solution>42</solution>"
         return script(messages)
@@ -187,7 +236,7 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     out = tmp_path / "table"
     with ScriptedEndpoint(chat=chat, complete=complete) as ep:
         proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--endpoint", ep.url, "--suite", "lemur",
-                               "--tasks", "humaneval,m_humaneval,m_gsm8k,mbpp,multipl_e:js,multipl_e,spider",
+                               "--tasks", "humaneval,m_humaneval,m_gsm8k,mbpp,multipl_e:js,multipl_e,spider,sql_agent",
                                "--limit", "5", "--data-dir", str(data), "--out", str(out), "--workers", "2"],
                               capture_output=True, text=True, cwd=ROOT, timeout=300,
                               env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -198,11 +247,13 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     assert rows["m_humaneval"]["score"] == pytest.approx(3 / 5) and rows["m_humaneval"]["success@1"] == 0.0
     assert rows["m_humaneval"]["success@2"] == pytest.approx(2 / 5)
     assert rows["m_gsm8k"]["score"] == 1.0 and rows["m_gsm8k"]["success@1"] == 0.0
-    for name in ("mbpp", "multipl_e:js", "spider"):
+    assert rows["spider"]["score"] == pytest.approx(1 / 3) and rows["spider"]["n"] == 3
+    assert rows["sql_agent"]["score"] == pytest.approx(2 / 3) and rows["sql_agent"]["success@2"] == pytest.approx(1 / 3)
+    for name in ("mbpp", "multipl_e:js"):
         assert "no data" in rows[name]["skipped"] and f"--data {name}=PATH" in rows[name]["skipped"]
     assert rows["multipl_e"] == {"skipped": "none of multipl_e:js ran"} or "skipped" in rows["multipl_e"]
     md = (out / "table.md").read_text()
-    assert re.search(r"\| \*\*scripted\*\* \| 40\.0 \| skipped\[\^\d\] \| skipped", md)
+    assert re.search(r"\| \*\*scripted\*\* \| 40\.0 \| skipped\[\^\d\] \| 33\.3 \| skipped", md)
     assert "Lemur-70B-Chat (paper) | 61.0" in md and "| M-HumanEval | exec | 0.0 | 40.0 | 60.0 | 60.0 | 60.0 |" in md
     episodes = [json.loads(line) for line in (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()]
     e1 = next(e for e in episodes if e["task_id"] == "HumanEval/1")
@@ -234,3 +285,31 @@ def test_m_humaneval_runs_in_training(tmp_path):
     for e in episodes:  # each episode ran: the model's replies are in its transcript
         assert e["turns"] and e["messages"][0]["role"] == "system" and e["end"]
         assert all(m["role"] == "assistant" for m in e["messages"][2::2])
+
+
+@pytest.mark.slow
+def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, tmp_path):
+    """--checkpoint: the model is served by easylemur's own continuously batched server on a
+    local port and every row of the lemur suite is produced (a tiny model scores near zero); the
+    text rows, whose data lm-eval cannot fetch offline, are skipped rows that say why."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _spider(data)
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "What is 6 times 7?", "answer": "#### 42"}) + "\n")
+    out = tmp_path / "table"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
+                           "--suite", "lemur", "--limit", "2", "--data-dir", str(data), "--out", str(out),
+                           "--max-tokens", "8", "--workers", "2", "--slots", "4", "--concurrency", "4"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((out / "table.json").read_text())["tasks"]
+    suite = json.loads((ROOT / "easylemur" / "eval" / "suites" / "lemur.json").read_text())
+    assert set(rows) == set(suite["tasks"])
+    for name in ("humaneval", "spider", "m_humaneval", "m_gsm8k", "sql_agent"):
+        assert "score" in rows[name] and 0.0 <= rows[name]["score"] <= 1.0, rows[name]
+    for name in ("mmlu", "bbh", "gsm8k"):
+        assert rows[name]["skipped"].startswith("lm-eval"), rows[name]
+    episodes = (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()
+    assert len(episodes) == 2 and all(json.loads(e)["turns"] for e in episodes)
+    assert "| **" in (out / "table.md").read_text()

@@ -110,6 +110,7 @@ class Program:
     output_bytes: int = 4096
     executable: tuple = ()
     libs: tuple = ()
+    timeout: float = 0.0  # wall-clock seconds for all steps; 0: the sandbox's own (a compile step may want more)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +139,10 @@ def lib_binds(names: Sequence[str]) -> list[tuple[str, str]]:
     """(host path, sandbox path) for each importable top-level package or module in `names`
     and the `<name>.libs` folder of vendored shared libraries beside it (numpy.libs, ...).
     An unknown name is an InputError."""
+    import importlib.metadata
     import importlib.util
 
+    dists = importlib.metadata.packages_distributions()  # import name -> distributions (PIL -> pillow)
     binds = []
     for name in names:
         spec = importlib.util.find_spec(name)
@@ -148,7 +151,12 @@ def lib_binds(names: Sequence[str]) -> list[tuple[str, str]]:
         path = list(spec.submodule_search_locations)[0] if spec.submodule_search_locations else spec.origin
         binds.append((path, f"{LIB_DIR}/{os.path.basename(path)}"))
         site = os.path.dirname(path)
-        for extra in (f"{name}.libs", f"{name.replace('_', '')}.libs"):
+        # vendored shared libraries sit beside the package in a folder named for the import name
+        # (numpy.libs) or for the distribution (pillow.libs for PIL, scikit_learn.libs for sklearn)
+        extras = {f"{name}.libs", f"{name.replace('_', '')}.libs"}
+        extras |= {re.sub(r"[-_.]+", "_", d) + ".libs" for d in dists.get(name, [])}
+        extras |= {d.lower() + ".libs" for d in dists.get(name, [])}
+        for extra in sorted(extras):
             if os.path.isdir(os.path.join(site, extra)) and all(b[1] != f"{LIB_DIR}/{extra}" for b in binds):
                 binds.append((os.path.join(site, extra), f"{LIB_DIR}/{extra}"))
     return binds
@@ -273,9 +281,9 @@ class Sandbox:
         return self._run_once(job if isinstance(job, Job) else Job(code=job), slot, mode, self.python, self.timeout)[0]
 
     def run_program(self, program: Program, slot: int = 0, timeout: Optional[float] = None) -> ProgramResult:
-        """Runs one Program; `timeout` (default: the sandbox's) covers all of its steps."""
+        """Runs one Program; `timeout` (default: the Program's, else the sandbox's) covers all of its steps."""
         mode = self.check()
-        return self._run_program(program, slot, mode, self.python, timeout or self.timeout)
+        return self._run_program(program, slot, mode, self.python, timeout or program.timeout or self.timeout)
 
     def _run_once(self, job: Job, slot: int, mode: str, python: str, timeout: float,
                   diagnose: bool = False) -> tuple[str, str]:
