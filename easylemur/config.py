@@ -340,6 +340,20 @@ def validate(cfg: ConfigDict) -> None:
 
 
 LM_EVAL = "lm_eval:"  # eval.tasks prefix of an lm-evaluation-harness task
+# The benchmark names eval.tasks, `python -m easylemur.eval NAME` and the suites accept (their data
+# and task objects: eval/benchmarks.py). multipl_e takes a language: multipl_e:js, multipl_e:cpp, ...
+SINGLE_TURN = ("humaneval", "mbpp", "ds1000", "spider", "multipl_e")
+AGENT = ("m_humaneval", "m_mbpp", "m_gsm8k", "sql_agent")
+FEEDBACKS = ("exec", "none")  # what a multi-turn episode feeds back: the execution's output, or nothing
+
+
+def split_benchmark(name: str) -> tuple[str, str]:
+    """("multipl_e", "js") for "multipl_e:js"; (name, "") otherwise; an unknown name is an InputError."""
+    bench, _, lang = name.partition(":")
+    if bench not in SINGLE_TURN + AGENT or (bench == "multipl_e") != bool(lang):
+        raise InputError(f"benchmark {name!r}: expected one of {', '.join(n for n in SINGLE_TURN + AGENT if n != 'multipl_e')}"
+                         ", or multipl_e:LANG (js, cpp, java, go, rs, sh, pl)")
+    return bench, lang
 
 
 def task_eval_names(tasks: str) -> list[str]:
@@ -350,14 +364,12 @@ def task_eval_names(tasks: str) -> list[str]:
 def _check_task_evals(e: ConfigDict) -> None:
     if not isinstance(e.tasks, str):
         raise ConfigError(f"config key 'eval.tasks' must be a comma-separated string, got {e.tasks!r}")
-    from easylemur.eval.benchmarks import FEEDBACKS, split
-
     names = task_eval_names(e.tasks)
     for name in names:
         if name.startswith(LM_EVAL) and name[len(LM_EVAL):]:
             continue
         try:
-            split(name)
+            split_benchmark(name)
         except InputError as err:
             raise ConfigError(f"config key 'eval.tasks': {err}; or {LM_EVAL}NAME for an lm-evaluation-harness task") from None
     if e.feedback not in FEEDBACKS:

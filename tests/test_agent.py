@@ -216,6 +216,14 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     _spider(data)
     (data / "gsm8k.jsonl").write_text(json.dumps({"question": "What is 6 times 7?", "answer": "#### 42"}) + "\n")
     right = {p.text: p.solution for p in problems.values() if p.task_id in ("HumanEval/0", "HumanEval/1")}
+    from test_multipl_e import ROWS  # MultiPL-E rows in its published format, with good and wrong completions
+
+    (data / "multipl_e").mkdir()
+    for lang in ("js", "cpp"):
+        (data / "multipl_e" / f"humaneval-{lang}.jsonl").write_text("".join(json.dumps(r) + "\n" for r, _, _ in ROWS[lang]))
+    # JavaScript: the first problem right, the second wrong; C++: both right
+    right.update({ROWS["js"][0][0]["prompt"]: ROWS["js"][0][1], ROWS["js"][1][0]["prompt"]: ROWS["js"][1][2]})
+    right.update({r["prompt"]: good for r, good, _ in ROWS["cpp"]})
 
     def complete(prompt):
         if "How many singers" in prompt:  # Spider's base prompt ends in SELECT
@@ -236,7 +244,8 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     out = tmp_path / "table"
     with ScriptedEndpoint(chat=chat, complete=complete) as ep:
         proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--endpoint", ep.url, "--suite", "lemur",
-                               "--tasks", "humaneval,m_humaneval,m_gsm8k,mbpp,multipl_e:js,multipl_e,spider,sql_agent",
+                               "--tasks", "humaneval,m_humaneval,m_gsm8k,mbpp,multipl_e:js,multipl_e:cpp,multipl_e,"
+                               "spider,sql_agent",
                                "--limit", "5", "--data-dir", str(data), "--out", str(out), "--workers", "2"],
                               capture_output=True, text=True, cwd=ROOT, timeout=300,
                               env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -249,11 +258,11 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     assert rows["m_gsm8k"]["score"] == 1.0 and rows["m_gsm8k"]["success@1"] == 0.0
     assert rows["spider"]["score"] == pytest.approx(1 / 3) and rows["spider"]["n"] == 3
     assert rows["sql_agent"]["score"] == pytest.approx(2 / 3) and rows["sql_agent"]["success@2"] == pytest.approx(1 / 3)
-    for name in ("mbpp", "multipl_e:js"):
-        assert "no data" in rows[name]["skipped"] and f"--data {name}=PATH" in rows[name]["skipped"]
-    assert rows["multipl_e"] == {"skipped": "none of multipl_e:js ran"} or "skipped" in rows["multipl_e"]
+    assert "no data" in rows["mbpp"]["skipped"] and "--data mbpp=PATH" in rows["mbpp"]["skipped"]
+    assert rows["multipl_e:js"]["score"] == 0.5 and rows["multipl_e:cpp"]["score"] == 1.0
+    assert rows["multipl_e"]["score"] == 0.75 and rows["multipl_e"]["partial"].startswith("without multipl_e:java")
     md = (out / "table.md").read_text()
-    assert re.search(r"\| \*\*scripted\*\* \| 40\.0 \| skipped\[\^\d\] \| 33\.3 \| skipped", md)
+    assert re.search(r"\| \*\*scripted\*\* \| 40\.0 \| skipped\[\^\d\] \| 33\.3 \| 75\.0 \|", md)
     assert "Lemur-70B-Chat (paper) | 61.0" in md and "| M-HumanEval | exec | 0.0 | 40.0 | 60.0 | 60.0 | 60.0 |" in md
     episodes = [json.loads(line) for line in (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()]
     e1 = next(e for e in episodes if e["task_id"] == "HumanEval/1")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from easylemur.errors import InputError
-from easylemur.eval.benchmarks import FEEDBACKS
+from easylemur.config import FEEDBACKS
 from easylemur.eval.sandbox import PYTHON, Job, Program, ProgramResult, Sandbox
 from easylemur.eval.tasks import EvalDataError, Problem
 

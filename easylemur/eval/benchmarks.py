@@ -2,7 +2,7 @@
 `eval.tasks` in training accept, where each finds its data, and the task object it builds.
 
 Single-turn (a completion judged in the sandbox, pass@k): `humaneval`, `mbpp`, `ds1000`,
-`spider`, `multipl_e:LANG` (LANG: js, cpp, java, go, rs, lua, ...). Multi-turn with
+`spider`, `multipl_e:LANG` (LANG: js, cpp, java, go, rs, sh, pl). Multi-turn with
 environment feedback (`eval/agent.py`): `m_humaneval`, `m_mbpp`, `m_gsm8k`, `sql_agent`.
 """
 
@@ -12,11 +12,9 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from easylemur.config import AGENT, FEEDBACKS, SINGLE_TURN, split_benchmark  # noqa: F401 (re-exported)
 from easylemur.errors import InputError
 
-SINGLE_TURN = ("humaneval", "mbpp", "ds1000", "spider", "multipl_e")
-AGENT = ("m_humaneval", "m_mbpp", "m_gsm8k", "sql_agent")
-FEEDBACKS = ("exec", "none")  # what a multi-turn episode feeds back: the execution's output, or nothing
 # the usual names of each benchmark's data under a data directory (--data-dir, eval.data_dir)
 DATA_NAMES = {
     "humaneval": ("HumanEval.jsonl.gz", "HumanEval.jsonl"),
@@ -38,11 +36,7 @@ class MissingData(InputError):
 
 def split(name: str) -> tuple[str, str]:
     """("multipl_e", "js") for "multipl_e:js"; (name, "") otherwise; an unknown name is an InputError."""
-    bench, _, lang = name.partition(":")
-    if bench not in SINGLE_TURN + AGENT or (bench == "multipl_e") != bool(lang):
-        raise InputError(f"benchmark {name!r}: expected one of {', '.join(n for n in SINGLE_TURN + AGENT if n != 'multipl_e')}"
-                         ", or multipl_e:LANG (js, cpp, java, go, rs, lua, ...)")
-    return bench, lang
+    return split_benchmark(name)
 
 
 def is_agent(name: str) -> bool:

@@ -139,7 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return watch_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m easylemur.eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("task", metavar="TASK",
-                        help="humaneval, mbpp, ds1000, spider, multipl_e:LANG (js, cpp, java, go, rs, lua), or: "
+                        help="humaneval, mbpp, ds1000, spider, multipl_e:LANG (js, cpp, java, go, rs, sh, pl), or: "
                              "suite: Lemur's evaluation table on a checkpoint or an endpoint (python -m easylemur.eval "
                              "suite --help); lm-eval: every later argument goes to lm-evaluation-harness's CLI with "
                              "--model easylemur registered (python -m easylemur.eval lm-eval --help); watch: eval.tasks on "

@@ -111,6 +111,9 @@ class Program:
     executable: tuple = ()
     libs: tuple = ()
     timeout: float = 0.0  # wall-clock seconds for all steps; 0: the sandbox's own (a compile step may want more)
+    # host paths bound read-only at the same place: a toolchain's configuration outside /usr (Debian's
+    # JDK reads /etc/java-17-openjdk); chosen by the harness, never by the program
+    ro_paths: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +303,7 @@ class Sandbox:
             if not name or name.startswith("/") or ".." in name.split("/"):
                 raise InputError(f"sandbox program file {name!r}: expected a relative path inside the working dir")
         binds = lib_binds(program.libs) if program.libs else []
+        binds += [(p, p) for p in program.ro_paths if os.path.exists(p)]
         env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **dict(program.env)}
         if binds:
             env["PYTHONPATH"] = LIB_DIR + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

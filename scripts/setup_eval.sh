@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that MultiPL-E's languages need to run in the evaluation sandbox
+# (easylemur/eval/languages.py), and bubblewrap itself. Idempotent: a tool or file already
+# present is skipped. Without apt-get, or when an install fails, it prints one line and goes on;
+# the tests that need the missing language are then skipped, with the reason.
+set -uo pipefail
+updated=""
+apt_install() {  # CHECK PACKAGE...: CHECK is a command on PATH or an absolute file path
+    if [ "${1#/}" != "$1" ]; then [ -e "$1" ] && return 0; else command -v "$1" >/dev/null 2>&1 && return 0; fi
+    local check=$1
+    shift
+    command -v apt-get >/dev/null 2>&1 || { echo "setup_eval: no apt-get; install $* for $check" >&2; return 0; }
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    if [ -z "$updated" ]; then $sudo apt-get update -qq >/dev/null 2>&1; updated=1; fi
+    $sudo apt-get install -y -qq "$@" >/dev/null 2>&1 \
+        || echo "setup_eval: could not install $* (apt-get install -y $*); what needs $check will be skipped" >&2
+}
+apt_install bwrap bubblewrap
+apt_install node nodejs
+apt_install g++ g++
+apt_install javac default-jdk-headless
+apt_install /usr/share/java/javatuples.jar libjavatuples-java
+apt_install go golang-go
+apt_install /usr/bin/rustc rustc
+apt_install bash bash
+apt_install perl perl
+apt_install /usr/share/perl5/Test/Deep.pm libtest-deep-perl
+exit 0
