@@ -19,7 +19,7 @@ from scripted_endpoint import ScriptedEndpoint
 from easylemur.eval import agent
 from easylemur.eval.client import Client, EndpointError
 from easylemur.eval.sandbox import Sandbox
-from easylemur.eval.tasks import load_humaneval
+from easylemur.eval.tasks import load_humaneval, load_mbpp
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,6 +153,32 @@ def test_m_gsm8k_tool_then_answer(sandbox, tmp_path):
     bad.write_text('{"question": "q"}\n')
     with pytest.raises(agent.EvalDataError, match=r"bad.jsonl:1: expected keys question and answer"):
         agent.load_gsm8k(bad)
+
+
+def test_m_mbpp_judges_with_the_tasks_asserts(sandbox, tmp_path):
+    """M-MBPP: the model sees one test, the hidden asserts judge; a wrong answer is told the
+    checker's reason, and a run-then-answer player is solved at turn 2."""
+    rows = [{"task_id": 11, "text": "Write a function to add two numbers.", "code": "def add(a, b):\n    return a + b",
+             "test_list": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"]},
+            {"task_id": 12, "text": "Write a function to reverse a list.", "code": "def rev(xs):\n    return xs[::-1]",
+             "test_list": ["assert rev([1, 2]) == [2, 1]", "assert rev([]) == []"]}]
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = agent.MMBPP(load_mbpp(data)[0])
+    assert "assert add(1, 2) == 3" in task.instruction(task.problems[0])
+    assert "add(-1, 1)" not in task.instruction(task.problems[0])  # the other tests stay hidden
+
+    def chat(messages):
+        turn = sum(m["role"] == "assistant" for m in messages) + 1
+        if "add two" in messages[1]["content"]:  # wrong (passes the shown test only), then right once told
+            code = "def add(a, b):\n    return a + b" if "AssertionError" in messages[-1]["content"] else \
+                "def add(a, b):\n    return 3"
+            return _solution(code + "\n")
+        return "<execute>print([1, 2][::-1])</execute>" if turn == 1 else _solution("def rev(xs):\n    return xs[::-1]\n")
+
+    eps = agent.run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=2, turns=3)
+    assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (2, "solved")]
+    assert eps[0].turns[0].verdict == "failed: AssertionError" and eps[1].turns[0].observation.startswith("[2, 1]")
 
 
 def test_client_errors_name_the_endpoint():

@@ -192,8 +192,11 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
             f.write(json.dumps({"task_id": p.task_id, "completion_id": i, "passed": result == "passed",
                                 "result": result}) + "\n")
     scores = mean_pass_at_k([tuple(c) for c in counts.values()], [k for k in ks if k <= n])
-    return {"score": scores["pass@1"] if "pass@1" in scores else next(iter(scores.values())), "metric": "pass@1",
-            **scores, "n": len(counts), "samples_per_problem": n, "endpoint_errors": len(errors)}
+    row = {"score": scores["pass@1"] if "pass@1" in scores else next(iter(scores.values())), "metric": "pass@1",
+           **scores, "n": len(counts), "samples_per_problem": n, "endpoint_errors": len(errors)}
+    if getattr(task, "skipped", None):  # DS-1000: problems of libraries the sandbox does not have, counted
+        row["skipped_problems"] = task.skip_counts()
+    return row
 
 
 def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:

@@ -17,6 +17,12 @@ Two halves, so that an eval can neither stop nor slow training for long:
 
 A generation that raises is reported the same way. Only process 0 writes and checks; every
 process generates (the parameters are sharded over all of them).
+
+The suite's other single-turn benchmarks (`ds1000`, `spider`, `multipl_e:LANG`, data under
+`eval.data_dir`) go the same way. Multi-turn ones (`m_humaneval`, `m_mbpp`, `m_gsm8k`,
+`sql_agent`) cannot be split so: each turn needs the model, so their episodes run at the eval
+step (`local_chat.LocalChat` decodes the waiting turns in one batch, the sandbox runs the actions
+between turns) and log `eval/NAME/success@k`; a single-process, chat-tuned run only.
 """
 
 from __future__ import annotations
