@@ -425,3 +425,23 @@ def test_loader_errors_name_the_file_line_and_key(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(EvalDataError, match="could not be loaded .*pass a local copy instead"):
         load_multipl_e("nuprl/MultiPL-E", config="humaneval-cpp")
+
+
+def test_the_eval_cli_scores_a_samples_file(tmp_path):
+    """`python -m easylemur.eval multipl_e:js --samples FILE --data DIR`: the single-turn CLI
+    scores MultiPL-E completions as it does HumanEval's."""
+    import sys
+    from pathlib import Path
+
+    _need("js")
+    (tmp_path / "data").mkdir()
+    rows = ROWS["js"]
+    (tmp_path / "data" / "humaneval-js.jsonl").write_text("".join(json.dumps(r) + "\n" for r, _, _ in rows))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": rows[0][0]["name"], "completion": rows[0][1]}) + "\n"
+                       + json.dumps({"task_id": rows[1][0]["name"], "completion": rows[1][2]}) + "\n")
+    p = subprocess.run([sys.executable, "-m", "easylemur.eval", "multipl_e:js", "--samples", str(samples),
+                        "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"pass@1": 0.5, "n": 1, "problems": 2}
