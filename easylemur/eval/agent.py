@@ -15,15 +15,15 @@ reply). Success rate per turn budget k (1..turns) is the share of episodes solve
 turns of this one run, as MINT reports it.
 
 Python actions keep their state across turns as a notebook would: each run replays the
-earlier cells silently (their output discarded, their errors ignored), then runs the new one.
-All of it runs in the sandbox (no host files, no network, capped memory and time).
+earlier cells silently (their output discarded, their errors ignored; a cell that timed out is
+not kept), then runs the new one. All of it runs in the sandbox (no host files, no network, capped memory and time).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import json
+import os
 import queue
 import re
 from pathlib import Path
@@ -251,33 +251,32 @@ class MGSM8K(AgentTask):
 
 def load_gsm8k(path: Union[str, Path]) -> list[MathProblem]:
     """GSM8K's JSONL (`question`, `answer` ending in "#### <number>"), or MINT's processed rows
-    (`id`, `prompt`, `reference`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise EvalDataError(f"{path}: no such file (GSM8K's test.jsonl: one {{question, answer}} per line)")
+    (`id`, `prompt`, `reference`); .jsonl or .jsonl.gz; or the HF dataset `path` (e.g.
+    "openai/gsm8k", its `main` config's test split) where a network exists."""
+    from easylemur.eval.tasks import _read_jsonl
+
+    rows: Any
+    if Path(path).exists() or os.sep in str(path) or str(path).endswith((".jsonl", ".gz")):
+        rows = _read_jsonl(Path(path))
+    else:
+        try:
+            import datasets
+
+            ds = datasets.load_dataset(str(path), "main", split="test")
+            rows = ((f"{path}:test:{i}", r) for i, r in enumerate(ds))
+        except Exception as e:  # noqa: BLE001 - offline, or not a dataset: one line that says what to pass
+            raise EvalDataError(f"GSM8K data {path!r}: not a file, and the HF dataset could not be loaded "
+                                f"({type(e).__name__}); pass GSM8K's test.jsonl") from None
     out = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        try:
-            lines = f.read().splitlines()
-        except UnicodeDecodeError as e:
-            raise EvalDataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise EvalDataError(f"{path}:{n}: not JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise EvalDataError(f"{path}:{n}: expected a JSON object")
+    for where, row in rows:
         if "question" in row and "answer" in row:
             q, a, tid = row["question"], str(row["answer"]).split("####")[-1].strip(), f"gsm8k/{len(out)}"
         elif "prompt" in row and "reference" in row:
             q, a, tid = row["prompt"], str(row["reference"]), row.get("id", f"gsm8k/{len(out)}")
         else:
-            raise EvalDataError(f"{path}:{n}: expected keys question and answer (GSM8K) or prompt and reference (MINT)")
+            raise EvalDataError(f"{where}: expected keys question and answer (GSM8K) or prompt and reference (MINT)")
         if as_number(a) is None:
-            raise EvalDataError(f"{path}:{n}: the answer {a!r} is not a number")
+            raise EvalDataError(f"{where}: the answer {a!r} is not a number")
         out.append(MathProblem(tid, str(q), a))
     if not out:
         raise EvalDataError(f"{path}: no problems")
@@ -354,6 +353,8 @@ def run_episode(task: AgentTask, p: Any, chat: Callable[[list[dict]], str], sand
             if feedback == "exec":
                 result = slots.run(sandbox, task.action(p, cells[:-1], content, observation_chars))
                 obs = clip(task.observe(result, sandbox.timeout), observation_chars)
+                if result.result == "timed out":
+                    cells.pop()  # never replayed: every later turn would time out again
             else:
                 obs = "[no execution feedback in this setting]"
         else:
@@ -372,8 +373,6 @@ def run_episodes(task: AgentTask, chat: Callable[[list[dict]], str], sandbox: Sa
     """Every problem's episode, `concurrency` at a time: their requests reach the endpoint
     together (a continuously batched server decodes them as one batch, each joining as its
     previous turn's observation is ready) while sandbox work runs beside the decoding."""
-    import os
-
     sandbox.check()
     slots = SlotPool(sandbox_workers or os.cpu_count() or 1)
 
