@@ -233,6 +233,31 @@ def test_sql_agent_queries_observes_and_submits(sandbox, tmp_path):
     assert [e.solved_at for e in none] == [None, None, None]
 
 
+def test_a_database_larger_than_the_sandboxs_file_cap_gets_a_sized_sandbox(tmp_path):
+    """Spider's and BIRD's databases travel into the sandbox as a file: one larger than the
+    sandbox's caps cannot be judged there, the suite's sized copy of the sandbox can."""
+    import sqlite3
+
+    from easylemur.eval import sql
+    from easylemur.eval.suite import sized_sandbox
+
+    d = _spider(tmp_path)
+    db = d / "database" / "music" / "music.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE padding (b BLOB)")
+    conn.executemany("INSERT INTO padding VALUES (?)", [(os.urandom(1 << 16),) for _ in range(48)])  # 3 MiB
+    conn.commit()
+    conn.close()
+    task = sql.Spider(sql.load_sql(d))
+    small = Sandbox(timeout=20, file_bytes=1 << 20, tmp_bytes=2 << 20)
+    p = task.problems[0]
+    assert small.run_program(task.program(p, p.gold)).result != "passed"
+    big = sized_sandbox(small, task)
+    assert big.file_bytes > db.stat().st_size and big.tmp_bytes > db.stat().st_size
+    assert big.run_program(task.program(p, p.gold)).result == "passed"
+    assert sized_sandbox(big, task) is big
+
+
 def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     """`python -m easylemur.eval suite --endpoint URL` produces the table: the code row from
     completions, the agent rows from episodes with the rates the scripts were designed for,

@@ -94,6 +94,22 @@ def benchmark_name(spec: dict) -> str:
     return spec["benchmark"] + (f":{spec['language']}" if spec.get("language") else "")
 
 
+def sized_sandbox(sandbox: Sandbox, task: Any) -> Sandbox:
+    """`sandbox`, or a copy whose largest-file and /tmp caps (and memory budget) hold the task's
+    largest database: Spider's and BIRD's travel into the sandbox as a file per run."""
+    from easylemur.eval import sql
+
+    problems = [p for p in task.problems if isinstance(p, sql.SqlProblem)]
+    if not problems:
+        return sandbox
+    need = sql.sandbox_bytes(problems) + (8 << 20)  # the database, the script, sqlite's own temporary files
+    if need <= min(sandbox.file_bytes, sandbox.tmp_bytes):
+        return sandbox
+    file_bytes, tmp_bytes = max(sandbox.file_bytes, need), max(sandbox.tmp_bytes, need)
+    memory = max(sandbox.memory_bytes, tmp_bytes + sandbox.shm_bytes + (1 << 30))
+    return dataclasses.replace(sandbox, file_bytes=file_bytes, tmp_bytes=tmp_bytes, memory_bytes=memory)
+
+
 def _task_of(name: str, spec: dict, args: Any) -> Any:
     """The task object of a code or agent row, its data found by --data NAME=PATH (the row's
     name or its benchmark's), the row's own `data`, or the usual names under --data-dir."""
@@ -278,7 +294,7 @@ def run_row(name: str, spec: dict, access: ModelAccess, sandbox: Optional[Sandbo
             if not task.problems:
                 raise Skip("no problems")
             runner = run_code if spec["kind"] == "code" else run_agent
-            row = runner(name, spec, task, access, sandbox, args, row_dir)
+            row = runner(name, spec, task, access, sized_sandbox(sandbox, task), args, row_dir)
     except Skip as e:
         row = {"skipped": str(e)}
     except InputError as e:  # bad or missing data: the row says so, the table goes on
