@@ -239,7 +239,6 @@ def test_a_database_larger_than_the_sandboxs_file_cap_gets_a_sized_sandbox(tmp_p
     import sqlite3
 
     from easylemur.eval import sql
-    from easylemur.eval.suite import sized_sandbox
 
     d = _spider(tmp_path)
     db = d / "database" / "music" / "music.sqlite"
@@ -252,10 +251,10 @@ def test_a_database_larger_than_the_sandboxs_file_cap_gets_a_sized_sandbox(tmp_p
     small = Sandbox(timeout=20, file_bytes=1 << 20, tmp_bytes=2 << 20)
     p = task.problems[0]
     assert small.run_program(task.program(p, p.gold)).result != "passed"
-    big = sized_sandbox(small, task)
+    big = sql.sized_sandbox(small, task.problems)
     assert big.file_bytes > db.stat().st_size and big.tmp_bytes > db.stat().st_size
     assert big.run_program(task.program(p, p.gold)).result == "passed"
-    assert sized_sandbox(big, task) is big
+    assert sql.sized_sandbox(big, task.problems) is big
 
 
 def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):

@@ -208,6 +208,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for tid, code in samples:
             f.write(json.dumps({"task_id": tid, "completion": code}) + "\n")
 
+    from easylemur.eval.sql import sized_sandbox
+
+    sandbox = sized_sandbox(sandbox, task.problems)  # Spider/BIRD: caps that hold the largest database
     by_id = {str(p.task_id): p for p in task.problems}
     programs = [task.program(by_id[str(tid)], code) for tid, code in samples]
     bar = _progress(len(programs), "execute")

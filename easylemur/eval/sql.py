@@ -52,7 +52,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from easylemur.eval.sandbox import PYTHON, Program, ProgramResult, new_marker
+from easylemur.eval.sandbox import PYTHON, Program, ProgramResult, Sandbox, new_marker
 from easylemur.eval.tasks import EvalDataError, Prompt, Task
 
 SPIDER, BIRD = "spider", "bird"
@@ -374,6 +374,20 @@ def sandbox_bytes(problems: Sequence[SqlProblem]) -> int:
     script and sqlite's temporary files."""
     sizes = {p: os.path.getsize(p) for q in problems for p in (q.db_paths or (q.db_path,))}
     return max((sum(sizes[p] for p in (q.db_paths or (q.db_path,))) for q in problems), default=0)
+
+
+def sized_sandbox(sandbox: Sandbox, problems: Sequence[Any]) -> Sandbox:
+    """`sandbox`, or a copy whose largest-file and /tmp caps (and memory budget) hold the largest
+    database of `problems` (SQL ones; others are ignored): each run copies it into the sandbox."""
+    problems = [p for p in problems if isinstance(p, SqlProblem)]
+    if not problems:
+        return sandbox
+    need = sandbox_bytes(problems) + (8 << 20)  # the database, the script, sqlite's own temporary files
+    if need <= min(sandbox.file_bytes, sandbox.tmp_bytes):
+        return sandbox
+    file_bytes, tmp_bytes = max(sandbox.file_bytes, need), max(sandbox.tmp_bytes, need)
+    memory = max(sandbox.memory_bytes, tmp_bytes + sandbox.shm_bytes + (1 << 30))
+    return dataclasses.replace(sandbox, file_bytes=file_bytes, tmp_bytes=tmp_bytes, memory_bytes=memory)
 
 
 def observation(result: ProgramResult) -> str:

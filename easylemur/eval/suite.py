@@ -35,6 +35,7 @@ from easylemur.errors import InputError, add_debug_flag
 from easylemur.eval.client import Client, EndpointError
 from easylemur.eval.passk import mean_pass_at_k
 from easylemur.eval.sandbox import Sandbox, run_programs
+from easylemur.eval.sql import sized_sandbox
 
 SUITES_DIR = Path(__file__).parent / "suites"
 KINDS = ("code", "agent", "lm_eval", "mean")  # mean: the average of other rows (MultiPL-E over languages)
@@ -92,22 +93,6 @@ def load_suite(name_or_path: str) -> dict:
 def benchmark_name(spec: dict) -> str:
     """The benchmark table's name of a suite row: "spider", "multipl_e:js", ..."""
     return spec["benchmark"] + (f":{spec['language']}" if spec.get("language") else "")
-
-
-def sized_sandbox(sandbox: Sandbox, task: Any) -> Sandbox:
-    """`sandbox`, or a copy whose largest-file and /tmp caps (and memory budget) hold the task's
-    largest database: Spider's and BIRD's travel into the sandbox as a file per run."""
-    from easylemur.eval import sql
-
-    problems = [p for p in task.problems if isinstance(p, sql.SqlProblem)]
-    if not problems:
-        return sandbox
-    need = sql.sandbox_bytes(problems) + (8 << 20)  # the database, the script, sqlite's own temporary files
-    if need <= min(sandbox.file_bytes, sandbox.tmp_bytes):
-        return sandbox
-    file_bytes, tmp_bytes = max(sandbox.file_bytes, need), max(sandbox.tmp_bytes, need)
-    memory = max(sandbox.memory_bytes, tmp_bytes + sandbox.shm_bytes + (1 << 30))
-    return dataclasses.replace(sandbox, file_bytes=file_bytes, tmp_bytes=tmp_bytes, memory_bytes=memory)
 
 
 def _task_of(name: str, spec: dict, args: Any) -> Any:
@@ -294,7 +279,7 @@ def run_row(name: str, spec: dict, access: ModelAccess, sandbox: Optional[Sandbo
             if not task.problems:
                 raise Skip("no problems")
             runner = run_code if spec["kind"] == "code" else run_agent
-            row = runner(name, spec, task, access, sized_sandbox(sandbox, task), args, row_dir)
+            row = runner(name, spec, task, access, sized_sandbox(sandbox, task.problems), args, row_dir)
     except Skip as e:
         row = {"skipped": str(e)}
     except InputError as e:  # bad or missing data: the row says so, the table goes on
