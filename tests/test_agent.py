@@ -319,6 +319,42 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     assert [m["content"].split("\n")[1] for m in e1["messages"] if m["content"].startswith("Observation:")][:1] == ["6"]
 
 
+def _mc_suite(tmp_path: Path) -> tuple[Path, Path]:
+    """A suite file of one HumanEval row and one local lm-eval multiple-choice row (el_mc)."""
+    from test_task_evals import _mc_task
+
+    _mc_task(tmp_path / "tasks")
+    suite = tmp_path / "mine.json"
+    suite.write_text(json.dumps({"name": "mine", "tables": [{"title": "Mine", "columns": ["el_mc", "humaneval"]}],
+                                 "tasks": {"el_mc": {"kind": "lm_eval", "task": "el_mc", "metric": "acc"},
+                                           "humaneval": {"kind": "code", "benchmark": "humaneval"}}}))
+    return suite, tmp_path / "tasks"
+
+
+def test_a_suite_of_ones_own_and_its_errors(tmp_path):
+    """A suite is data: a user's own file runs; an endpoint's loglikelihood row without a
+    tokenizer is a skipped row that says what to pass; a malformed suite is one line naming the key."""
+    from easylemur.errors import InputError
+    from easylemur.eval import suite as suite_mod
+
+    pytest.importorskip("lm_eval")
+    suite, tasks = _mc_suite(tmp_path)
+    with ScriptedEndpoint(complete=lambda prompt: "    return None\n") as ep:
+        assert suite_mod.main(["--endpoint", ep.url, "--suite", str(suite), "--limit", "2", "--out",
+                               str(tmp_path / "out"), "--lm-eval-include", str(tasks), "--workers", "2"]) == 0
+    rows = json.loads((tmp_path / "out" / "table.json").read_text())["tasks"]
+    assert rows["humaneval"]["score"] == 0.0 and rows["humaneval"]["n"] == 2
+    assert "pass --tokenizer HF_DIR" in rows["el_mc"]["skipped"]
+    for bad, key in (({"tasks": {"x": {"kind": "agent", "benchmark": "humaneval"}}}, "must name a multi-turn"),
+                     ({"tasks": {"x": {"kind": "code", "benchmark": "nope"}}}, "benchmark 'nope'"),
+                     ({"tasks": {"x": {"kind": "lm_eval"}}}, "key 'task'"),
+                     ({"tasks": {"x": {"kind": "code", "benchmark": "mbpp"}}, "tables": [{"columns": ["y"]}]}, "'y'")):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(InputError, match=re.escape(key)):
+            suite_mod.load_suite(str(path))
+
+
 @pytest.mark.slow
 def test_m_humaneval_runs_in_training(tmp_path):
     """eval.tasks=m_humaneval: the run's own weights play the episodes at the eval steps (decoded
@@ -372,3 +408,18 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     episodes = (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()
     assert len(episodes) == 2 and all(json.loads(e)["turns"] for e in episodes)
     assert "| **" in (out / "table.md").read_text()
+    # a local lm-eval task scored by --model easylemur in process: lm-eval's own score of the checkpoint
+    suite, tasks = _mc_suite(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
+                           "--suite", str(suite), "--tasks", "el_mc", "--lm-eval-include", str(tasks),
+                           "--out", str(tmp_path / "mc")], capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from easylemur.eval.harness import EasylemurLM
+
+    ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(reference_run), batch_size=8), tasks=["el_mc"],
+                                  task_manager=TaskManager(include_path=str(tasks)), bootstrap_iters=0)
+    got = json.loads((tmp_path / "mc" / "table.json").read_text())["tasks"]["el_mc"]
+    assert got["score"] == ref["results"]["el_mc"]["acc,none"] and got["n"] == 3

@@ -69,6 +69,10 @@ def load_suite(name_or_path: str) -> dict:
             if not spec.get("of") or any(o not in tasks for o in spec["of"]):
                 raise InputError(f"{path}: task {name!r}: key 'of' must list tasks of the suite")
             continue
+        if spec["kind"] == "lm_eval":
+            if not isinstance(spec.get("task"), str) or not spec["task"]:
+                raise InputError(f"{path}: task {name!r}: key 'task' must name an lm-evaluation-harness task")
+            continue
         if spec["kind"] != "lm_eval":
             from easylemur.eval import benchmarks
 
@@ -237,17 +241,29 @@ def run_lm_eval(name: str, spec: dict, access: ModelAccess, args: Any, out: Path
         model: Any = EasylemurLM(loaded=access.loaded, batch_size=args.concurrency, max_gen_toks=args.max_tokens)
     else:
         model = "local-completions"
-    model_args = None if access.loaded is not None else {
-        "base_url": access.client.base + "/completions", "model": access.client.model, "tokenizer_backend": "none",
-        "tokenized_requests": False, "num_concurrent": args.concurrency, "max_gen_toks": args.max_tokens}
+    model_args = None
+    if access.loaded is None:
+        # an endpoint: text in, text out, unless --tokenizer gives lm-eval the model's HF tokenizer,
+        # which loglikelihood tasks (MMLU) need to split context from continuation; it then sends token ids
+        model_args = {"base_url": access.client.base + "/completions", "model": access.client.model,
+                      "num_concurrent": args.concurrency, "max_gen_toks": args.max_tokens,
+                      **({"tokenizer": args.tokenizer, "tokenizer_backend": "huggingface", "tokenized_requests": True}
+                         if args.tokenizer else {"tokenizer_backend": "none", "tokenized_requests": False})}
     kw: dict[str, Any] = {}
     if spec.get("num_fewshot") is not None:
         kw["num_fewshot"] = int(spec["num_fewshot"])
+    if args.lm_eval_include:
+        from lm_eval.tasks import TaskManager
+
+        kw["task_manager"] = TaskManager(include_path=args.lm_eval_include)
     try:
         result = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=[spec["task"]],
                                          limit=args.limit, bootstrap_iters=0, verbosity="ERROR", **kw)
     except Exception as e:  # noqa: BLE001 - a text row that cannot run (no data offline, ...) is skipped, said why
-        raise Skip(f"lm-eval {spec['task']}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from None
+        why = " ".join(str(e).split())[:200]
+        if "okenizer is required" in why:
+            why += " (pass --tokenizer HF_DIR: the model's Hugging Face tokenizer, e.g. its to-hf export)"
+        raise Skip(f"lm-eval {spec['task']}: {type(e).__name__}: {why}") from None
     metric = spec.get("metric", "acc")
     results = result["results"] if result else {}
     (out / "lm_eval.json").write_text(json.dumps(results, indent=1, default=str))
@@ -409,6 +425,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
                         help="one task's (or benchmark's) data, e.g. --data spider=~/spider (repeatable)")
     parser.add_argument("--model", default="", help="model id sent to --endpoint (default: the first of /v1/models)")
+    parser.add_argument("--tokenizer", default="",
+                        help="--endpoint: the model's HF tokenizer (a dir or hub name) for lm-eval's loglikelihood rows")
+    parser.add_argument("--lm-eval-include", default="", help="a directory of lm-eval task YAMLs (local tasks and data)")
     parser.add_argument("--api-key", default="", help="bearer token for --endpoint (default: $OPENAI_API_KEY)")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (episodes, prompts)")
     parser.add_argument("--workers", type=int, default=0, help="sandboxed programs at once (default: the core count)")
