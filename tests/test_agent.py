@@ -423,3 +423,17 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
                                   task_manager=TaskManager(include_path=str(tasks)), bootstrap_iters=0)
     got = json.loads((tmp_path / "mc" / "table.json").read_text())["tasks"]["el_mc"]
     assert got["score"] == ref["results"]["el_mc"]["acc,none"] and got["n"] == 3
+
+
+def test_a_jsonl_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
+    """The one JSONL reader of the eval data (samples, MBPP, GSM8K, HumanEval): a byte that is not
+    UTF-8 is an error naming the file, the line and the byte, not an internal error."""
+    bad = tmp_path / "samples.jsonl"
+    bad.write_bytes(b'{"task_id": "HumanEval/0", "completion": "ok"}\n{"task_id": "HumanEval/1", "completion": "\xff"}\n')
+    p = subprocess.run([sys.executable, "-m", "easylemur.eval", "humaneval", "--samples", str(bad), "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == \
+        f"error: {bad}:2: not UTF-8 (byte 0xff at column 43)", p.stderr
+    with pytest.raises(agent.EvalDataError, match=r"gsm8k.jsonl:1: not UTF-8"):
+        (tmp_path / "gsm8k.jsonl").write_bytes(b'{"question": "\xfe", "answer": "#### 1"}\n')
+        agent.load_gsm8k(tmp_path / "gsm8k.jsonl")

@@ -196,8 +196,12 @@ def _read_jsonl(path: Path):
     if not path.is_file():
         raise EvalDataError(f"{path}: no such file")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with opener(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise EvalDataError(f"{path}:{n}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
             if not line.strip():
                 continue
             try:
