@@ -66,6 +66,31 @@ def test_ids_survive_from_hf_checkpoint_to_hf(declared, tmp_path):
     assert m.generate(prompts, max_new_tokens=12) == _expected(frees, stop)
 
 
+def test_an_eos_list_in_config_json_alone_stops_at_each_and_is_exported(declared, tmp_path):
+    """The Llama-3.x-Instruct layout without generation_config.json: config.json's eos_token_id
+    list is every stop, not only its first id; the checkpoint and the export keep the list."""
+    import shutil
+
+    path, stop, prompts, frees, _ = declared
+    src = tmp_path / "cfg_only"
+    shutil.copytree(path, src)
+    (src / "generation_config.json").unlink()
+    cfg = json.loads((src / "config.json").read_text())
+    eos = cfg["eos_token_id"]
+    (src / "config.json").write_text(json.dumps({**cfg, "eos_token_id": [eos, stop]}))
+    assert declared_eos_ids(src) == [eos, stop]
+    m = easylemur.load(src)
+    assert m.default_stop_ids() == [eos, stop]
+    assert m.generate(prompts, max_new_tokens=12) == _expected(frees, stop)
+    assert convert.main(["from-hf", "--hf", str(src), "--out", str(tmp_path / "ck")]) == 0
+    assert model_meta.read_meta(tmp_path / "ck").stop_ids == [eos, stop]
+    assert convert.main(["to-hf", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "out"),
+                         "--dtype", "float32"]) == 0
+    # the export states them where transformers and vLLM read generation stops
+    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"] == [eos, stop]
+    assert declared_eos_ids(tmp_path / "out") == [eos, stop]
+
+
 def test_checkpoint_without_stop_ids_keeps_eos_only(declared, tmp_path):
     path, stop, _, _, _ = declared
     assert convert.main(["from-hf", "--hf", str(path), "--out", str(tmp_path / "ck")]) == 0
@@ -117,3 +142,6 @@ def test_one_function_owns_the_set(tmp_path):
         (tmp_path / "generation_config.json").write_text(bad)
         with pytest.raises(HFFormatError, match="generation_config.json"):
             declared_eos_ids(tmp_path)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [9, 5]}))
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [5, 7]}))
+    assert declared_eos_ids(tmp_path) == [5, 7, 9]  # config.json's first, then generation_config.json's new ones

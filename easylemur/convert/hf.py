@@ -241,17 +241,22 @@ EOT_TOKEN = "<|eot_id|>"  # Llama-3 Instruct ends a turn with it, not with EOS
 
 
 def declared_eos_ids(path: str | Path) -> list[int]:
-    """The ids an HF directory's generation_config.json lists as `eos_token_id` (an id or a
-    list of ids; Llama-3 Instruct: [128001, 128008, 128009]); [] without the file or the key."""
-    file = Path(path) / "generation_config.json"
-    if not file.is_file():
-        return []
-    data = _read_json(file)
-    eos = data.get("eos_token_id") if isinstance(data, dict) else None
-    ids = [] if eos is None else eos if isinstance(eos, list) else [eos]
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise HFFormatError(f"{file}: eos_token_id {eos!r} must be a token id or a list of token ids")
-    return list(ids)
+    """The ids an HF directory declares as `eos_token_id` (an id or a list of ids), in
+    config.json and in generation_config.json, in that order without repeats (Llama-3.x
+    Instruct lists [128001, 128008, 128009], in generation_config.json or, without that file, in
+    config.json); [] without either."""
+    ids: list[int] = []
+    for name in ("config.json", "generation_config.json"):
+        file = Path(path) / name
+        if not file.is_file():
+            continue
+        data = _read_json(file)
+        eos = data.get("eos_token_id") if isinstance(data, dict) else None
+        got = [] if eos is None else eos if isinstance(eos, list) else [eos]
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in got):
+            raise HFFormatError(f"{file}: eos_token_id {eos!r} must be a token id or a list of token ids")
+        ids += [i for i in got if i not in ids]
+    return ids
 
 
 def stop_ids(eos_token_id: int | None, tokenizer: Any = None, declared: Any = ()) -> list[int]:
