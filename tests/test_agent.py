@@ -437,3 +437,13 @@ def test_a_jsonl_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
     with pytest.raises(agent.EvalDataError, match=r"gsm8k.jsonl:1: not UTF-8"):
         (tmp_path / "gsm8k.jsonl").write_bytes(b'{"question": "\xfe", "answer": "#### 1"}\n')
         agent.load_gsm8k(tmp_path / "gsm8k.jsonl")
+
+
+def test_libraries_reach_the_program_in_the_unsafe_mode_too():
+    """Without bubblewrap (--unsafe-no-sandbox) nothing is bound: a Program's libraries are read
+    where they are installed, so DS-1000 and the agents' numpy work there as in the sandbox."""
+    with pytest.warns(UserWarning, match="WITHOUT a sandbox"):
+        unsafe = Sandbox(timeout=20, unsafe_no_sandbox=True)
+        unsafe.check()
+    r = unsafe.run_program(agent.python_cells(["import numpy as np\nprint(int(np.arange(4).sum()))"]))
+    assert (r.result, r.output) == ("passed", "6\n")

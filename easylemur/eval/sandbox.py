@@ -94,7 +94,7 @@ class Job:
 class Program:
     """An untrusted program run as commands inside the sandbox (any language): the trusted
     runner (`sandbox_runner.py`, pid 1) writes `files` into the working directory (/tmp; a
-    name ending in `executable` gets mode 0755), then runs `steps` in order (argv lists, looked
+    name listed in `executable` gets mode 0755), then runs `steps` in order (argv lists, looked
     up on the sandbox's PATH; a compile step, then the program). A step that exits non-zero ends
     the run. It passes when every step exits 0 and, when `end_marker` is set, the last step
     printed that line: the tests' own last statement prints it, so a program that exits early
@@ -302,11 +302,13 @@ class Sandbox:
         for name, _ in files:
             if not name or name.startswith("/") or ".." in name.split("/"):
                 raise InputError(f"sandbox program file {name!r}: expected a relative path inside the working dir")
-        binds = lib_binds(program.libs) if program.libs else []
-        binds += [(p, p) for p in program.ro_paths if os.path.exists(p)]
+        libs = lib_binds(program.libs) if program.libs else []
+        binds = libs + [(p, p) for p in program.ro_paths if os.path.exists(p)]
         env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **dict(program.env)}
-        if binds:
-            env["PYTHONPATH"] = LIB_DIR + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if libs:
+            # the unsafe mode binds nothing: there the libraries are read where they are installed
+            where = LIB_DIR if mode != "none" else ":".join(sorted({os.path.dirname(h) for h, _ in libs}))
+            env["PYTHONPATH"] = where + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         steps = [[python if a == PYTHON else str(a) for a in argv] for argv in program.steps]
         payload = {"files": files, "steps": steps,
                    "marker": program.end_marker, "env": env, "output_bytes": int(program.output_bytes),
