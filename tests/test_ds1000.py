@@ -618,3 +618,19 @@ def test_loader_missing_file_and_unreachable_hub(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
     assert out.startswith("DS-1000 data 'xlangai/DS-1000': not a file") and "pass its path" in out, out
+
+
+def test_the_eval_cli_scores_samples_and_counts_those_of_skipped_problems(tmp_path):
+    """`python -m easylemur.eval ds1000 --samples FILE --data FILE`: the reference solutions of
+    two problems pass, a TensorFlow problem's sample is counted as not scored, not refused."""
+    data = tmp_path / "ds1000.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [ROWS[0], ROWS[1], TENSORFLOW_ONES]))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"task_id": r["metadata"]["problem_id"], "completion": r["reference_code"]})
+                               + "\n" for r in [ROWS[0], ROWS[1], TENSORFLOW_ONES]))
+    p = subprocess.run([sys.executable, "-m", "easylemur.eval", "ds1000", "--samples", str(samples), "--data", str(data),
+                        "--out", str(tmp_path / "out"), "--timeout", "60"],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"pass@1": 1.0, "n": 1, "problems": 2}
+    assert "1 sample(s) of skipped problems not scored (imports tensorflow" in p.stderr

@@ -87,12 +87,20 @@ def _generate(task: Task, args, n: int) -> list[tuple[Any, str]]:
 
 def _from_samples(task: Task, path: str) -> list[tuple[Any, str]]:
     known = {str(p.task_id): p for p in task.problems}
-    samples = []
+    # DS-1000: problems of libraries the sandbox does not have are skipped and counted, not refused
+    skipped = {str(p.task_id): why for p, why in getattr(task, "skipped", [])}
+    samples, dropped = [], 0
     for where, tid, completion in read_samples(path):
         p = known.get(str(tid))
+        if p is None and str(tid) in skipped:
+            dropped += 1
+            continue
         if p is None:
             raise InputError(f"{where}: task_id {tid!r} is not a {task.name} problem")
         samples.append((p.task_id, completion))
+    if dropped:
+        print(f"{dropped} sample(s) of skipped problems not scored ({'; '.join(sorted(set(skipped.values())))})",
+              file=sys.stderr)
     if not samples:
         raise InputError(f"{path}: no samples")
     present = {str(t) for t, _ in samples}
