@@ -447,3 +447,18 @@ def test_libraries_reach_the_program_in_the_unsafe_mode_too():
         unsafe.check()
     r = unsafe.run_program(agent.python_cells(["import numpy as np\nprint(int(np.arange(4).sum()))"]))
     assert (r.result, r.output) == ("passed", "6\n")
+
+
+def test_a_process_left_behind_does_not_hold_the_verdict(sandbox):
+    """A step that exits while a process it started (a pool worker, a daemon) still holds its
+    stdout is judged when it exits, not when the leftover does (or the timeout)."""
+    import time
+
+    from easylemur.eval.sandbox import PYTHON, Program, new_marker
+
+    marker = new_marker()
+    code = (f"import os, sys, time\nprint('\\n{marker}', flush=True)\n"
+            "if os.fork() == 0:\n    time.sleep(60)\n")
+    t = time.monotonic()
+    r = sandbox.run_program(Program(files=(("a.py", code),), steps=((PYTHON, "a.py"),), end_marker=marker))
+    assert r.result == "passed" and time.monotonic() - t < 10, r

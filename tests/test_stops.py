@@ -52,15 +52,21 @@ def test_generation_stops_at_the_second_declared_eos_in_each_row(declared):
     assert len(got[0]) == k and len(got[1]) == k - 1  # two rows, stopped at different steps
 
 
+def _round_trip(src, tmp_path, want):
+    """from-hf then to-hf: the checkpoint's meta and the export's generation_config.json (where
+    transformers and vLLM read generation stops) keep the ids `want`."""
+    assert convert.main(["from-hf", "--hf", str(src), "--out", str(tmp_path / "ck")]) == 0
+    assert model_meta.read_meta(tmp_path / "ck").stop_ids == want
+    assert convert.main(["to-hf", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "out"),
+                         "--dtype", "float32"]) == 0
+    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"] == want
+    assert declared_eos_ids(tmp_path / "out") == want
+
+
 def test_ids_survive_from_hf_checkpoint_to_hf(declared, tmp_path):
     path, stop, prompts, frees, _ = declared
     eos = hf.read_hf_config(path).eos_token_id
-    assert convert.main(["from-hf", "--hf", str(path), "--out", str(tmp_path / "ck")]) == 0
-    assert model_meta.read_meta(tmp_path / "ck").stop_ids == [eos, stop]
-    assert convert.main(["to-hf", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "out"),
-                         "--dtype", "float32"]) == 0
-    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"] == [eos, stop]
-    assert declared_eos_ids(tmp_path / "out") == [eos, stop]
+    _round_trip(path, tmp_path, [eos, stop])
     m = easylemur.load(tmp_path / "ck")
     assert m.default_stop_ids() == [eos, stop]
     assert m.generate(prompts, max_new_tokens=12) == _expected(frees, stop)
@@ -82,13 +88,7 @@ def test_an_eos_list_in_config_json_alone_stops_at_each_and_is_exported(declared
     m = easylemur.load(src)
     assert m.default_stop_ids() == [eos, stop]
     assert m.generate(prompts, max_new_tokens=12) == _expected(frees, stop)
-    assert convert.main(["from-hf", "--hf", str(src), "--out", str(tmp_path / "ck")]) == 0
-    assert model_meta.read_meta(tmp_path / "ck").stop_ids == [eos, stop]
-    assert convert.main(["to-hf", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "out"),
-                         "--dtype", "float32"]) == 0
-    # the export states them where transformers and vLLM read generation stops
-    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"] == [eos, stop]
-    assert declared_eos_ids(tmp_path / "out") == [eos, stop]
+    _round_trip(src, tmp_path, [eos, stop])
 
 
 def test_checkpoint_without_stop_ids_keeps_eos_only(declared, tmp_path):

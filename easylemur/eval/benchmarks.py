@@ -34,9 +34,7 @@ class MissingData(InputError):
     """A benchmark's data is not here: the suite marks its row skipped with this message."""
 
 
-def split(name: str) -> tuple[str, str]:
-    """("multipl_e", "js") for "multipl_e:js"; (name, "") otherwise; an unknown name is an InputError."""
-    return split_benchmark(name)
+split = split_benchmark  # ("multipl_e", "js") for "multipl_e:js"; the names live with the config schema
 
 
 def is_agent(name: str) -> bool:

@@ -1,9 +1,9 @@
 """A small client of an OpenAI-compatible endpoint (easylemur's own server, vLLM, an API): the
 one way the suite talks to a model, so a checkpoint and any endpoint are measured alike.
 
-Standard library only (urllib): the suite needs no `openai` package. A 503 (a full queue), a 429
-or a dropped connection is retried with backoff; any other HTTP error is an `EndpointError`
-naming the status and the server's message.
+Standard library only (urllib): the suite needs no `openai` package. A 503 (a full queue), a
+429, a refused or a dropped connection is retried with backoff (a timeout is not); any other
+HTTP error is an `EndpointError` naming the status and the server's message.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ class Client:
                     text = text[:300]
                 raise EndpointError(f"{self.base}{path}: HTTP {e.code}: {text}") from None
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-                if attempt < self.retries:
+                reason = getattr(e, "reason", e)
+                # a refused or dropped connection is retried; a request that ran past the timeout
+                # is not sent again (it would cost the whole timeout again)
+                if attempt < self.retries and isinstance(reason, ConnectionError):
                     time.sleep(delay)
                     delay *= 2
                     continue

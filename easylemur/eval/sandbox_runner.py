@@ -21,10 +21,12 @@ import os
 import select
 import signal
 import sys
+import time
 
 job_fd, result_fd, output_fd = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # pid 1 of its namespace: no signal from the program reaches it
 child = None
+GRACE_S = 0.5  # how long output is still read after a step ended, from what it left running
 
 
 def verdict(text, kept=b"", status=-1):
@@ -104,8 +106,18 @@ def run(argv):
         return None, ("cannot start %s: %s" % (argv[0], e.strerror)).encode(), False
     os.close(w)
     head, tail, seen, window, total = b"", b"", False, b"\n", 0
+    status, ended = None, 0.0
     while True:
-        select.select([r], [], [])
+        if not select.select([r], [], [], 0.05)[0]:
+            # A process the step left behind (a pool worker, a daemon) may hold the pipe open long
+            # after the step ended: its output is read for a short grace, never waited for.
+            if status is None:
+                pid, st = os.waitpid(child, os.WNOHANG)
+                if pid:
+                    status, ended = st, time.monotonic()
+            elif time.monotonic() - ended > GRACE_S:
+                break
+            continue
         data = os.read(r, 1 << 16)
         if not data:
             break
@@ -119,7 +131,8 @@ def run(argv):
             head, data = head + data[:take], data[take:]
         tail = (tail + data)[-(limit - limit // 2):]
     os.close(r)
-    _, status = os.waitpid(child, 0)
+    if status is None:
+        _, status = os.waitpid(child, 0)
     child = None
     kept = head + (b"\n[... %d bytes left out ...]\n" % (total - limit) if total > limit else b"") + tail
     return os.waitstatus_to_exitcode(status), kept, seen
