@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import importlib.util
 import json
+import traceback
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -286,19 +287,37 @@ def validate_sources(sources: Any, prefix: str) -> None:
     _check_source_values(sources, prefix)
 
 
+def _config_of_file(path: Path) -> Any:
+    """Runs a config file's get_config(). The file is the user's code: whatever goes wrong in it
+    (a syntax error, bytes that are not UTF-8, an exception from get_config) is their input, so
+    it is one line naming the file and line, not an internal error of easylemur."""
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; expected a Python file defining get_config()")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    spec = importlib.util.spec_from_file_location(f"_easylemur_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        if not hasattr(module, "get_config"):
+            raise ConfigError(f"config file {path} defines no get_config()")
+        return module.get_config()
+    except ConfigError:
+        raise
+    except SyntaxError as e:  # also a file that is not UTF-8 (Python's source encoding)
+        raise ConfigError(f"config file {path}, line {e.lineno}: {e.msg}") from e
+    except Exception as e:
+        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
+                     if Path(f.filename).resolve() == path.resolve()), None)
+        where = f", line {line}" if line else ""
+        raise ConfigError(f"config file {path}{where}: {type(e).__name__}: {' '.join(str(e).split())}") from e
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ConfigDict:
     """Loads a config file over the defaults, applies overrides, validates, returns it."""
     cfg = default_config()
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        spec = importlib.util.spec_from_file_location(f"_easylemur_config_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if not hasattr(module, "get_config"):
-            raise ConfigError(f"config file {path} defines no get_config()")
-        _merge(cfg, module.get_config(), "", _OPEN_KEYS)
+        _merge(cfg, _config_of_file(Path(path)), "", _OPEN_KEYS)
     _fill_source_defaults(cfg.data.sources, "data.sources")
     _fill_source_defaults(cfg.data.eval_sources, "data.eval_sources")
     for item in overrides:

@@ -19,7 +19,7 @@ from scripted_endpoint import ScriptedEndpoint
 from easylemur.eval import agent
 from easylemur.eval.client import Client, EndpointError
 from easylemur.eval.sandbox import Sandbox
-from easylemur.eval.tasks import load_humaneval, load_mbpp
+from easylemur.eval.tasks import load_humaneval, load_mbpp, read_samples
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 ROOT = Path(__file__).resolve().parent.parent
@@ -437,6 +437,8 @@ def test_a_jsonl_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
     with pytest.raises(agent.EvalDataError, match=r"gsm8k.jsonl:1: not UTF-8"):
         (tmp_path / "gsm8k.jsonl").write_bytes(b'{"question": "\xfe", "answer": "#### 1"}\n')
         agent.load_gsm8k(tmp_path / "gsm8k.jsonl")
+    with pytest.raises(agent.EvalDataError, match=r"is a directory; expected a JSONL file"):
+        read_samples(tmp_path)  # --samples DIR: named as a directory, not "no such file"
 
 
 def test_libraries_reach_the_program_in_the_unsafe_mode_too():

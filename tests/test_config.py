@@ -79,3 +79,21 @@ def test_checkpoint_keep_zero_keeps_every_checkpoint(tmp_path):
     mngr.wait_until_finished()
     assert mngr.all_steps() == [1, 2, 3]
     mngr.close()
+
+
+@pytest.mark.parametrize("body,needle", [
+    (b'x = "\xff"\ndef get_config():\n    return {}\n', r"bad\.py, line 1: .*utf-8"),
+    (b"def get_config():\n    raise ValueError('no such preset')\n", r"bad\.py, line 2: ValueError: no such preset"),
+    (b"def get_config(:\n", r"bad\.py, line 1: "),
+])
+def test_a_config_file_that_fails_is_one_line_naming_file_and_line(tmp_path, body, needle):
+    f = tmp_path / "bad.py"
+    f.write_bytes(body)
+    with pytest.raises(ConfigError, match=needle) as e:
+        load_config(f)
+    assert "\n" not in str(e.value)
+
+
+def test_a_config_directory_is_named_as_one(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory; expected a Python file"):
+        load_config(tmp_path)

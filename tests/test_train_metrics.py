@@ -3,6 +3,8 @@ rate, the learning rate the optimizer applied (after skipped steps too), and a r
 says what changed (or refuses an architecture it cannot keep)."""
 
 import json
+import math
+import re
 import shutil
 import statistics
 import subprocess
@@ -67,6 +69,21 @@ def test_logged_learning_rate_is_the_applied_one_after_skipped_steps(tmp_path, c
         applied = float(lr(r["step"] - skips_before))  # count = step - 1 - skips_before
         assert abs(r["learning_rate"] - applied) <= 1e-6 * applied, (r, applied, skipped)
         skips_before = r["nan_skips"]
+    # each skip's line names what was not finite, and only that
+    said = {int(m[1]): m[0] for m in re.finditer(r"step (\d+): non-finite [^\n]*step skipped \(\d+ so far\)", out)}
+    assert len(said) == rows[-1]["nan_skips"], out[-2000:]
+    for r in rows:
+        if r["step"] in said:
+            head = said[r["step"]].split(", step skipped")[0].split(" (")[0]
+            for name, key in (("loss", "loss"), ("grad norm", "grad_norm")):
+                assert (name in head) == (not math.isfinite(r[key])), (said[r["step"]], r)
+
+
+def test_a_skip_names_the_grad_norm_when_only_it_is_not_finite():
+    from easylemur.train.metrics import non_finite
+
+    assert non_finite(2.5, float("nan")) == "non-finite grad norm nan (loss 2.5)"
+    assert non_finite(float("inf"), float("nan")) == "non-finite loss inf and grad norm nan"
 
 
 def test_resume_refuses_a_changed_architecture_and_announces_a_changed_optimizer(tmp_path, capsys, reference_run):

@@ -193,6 +193,8 @@ def load_mbpp(source: str | Path) -> tuple[list[Problem], list[Problem]]:
 
 
 def _read_jsonl(path: Path):
+    if path.is_dir():
+        raise EvalDataError(f"{path}: is a directory; expected a JSONL file (one JSON object per line)")
     if not path.is_file():
         raise EvalDataError(f"{path}: no such file")
     opener = gzip.open if path.suffix == ".gz" else open

@@ -170,6 +170,14 @@ def due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
 
+def non_finite(loss: float, grad_norm: float) -> str:
+    """Which of a skipped step's numbers was not finite: a finite loss with a NaN gradient norm
+    (an overflow in the backward pass) points somewhere else than a NaN loss."""
+    bad = [f"{name} {v}" for name, v in (("loss", loss), ("grad norm", grad_norm)) if not math.isfinite(v)]
+    good = [f"{name} {v:.4g}" for name, v in (("loss", loss), ("grad norm", grad_norm)) if math.isfinite(v)]
+    return "non-finite " + " and ".join(bad or ["update"]) + (f" ({', '.join(good)})" if good else "")
+
+
 class TrainingError(RunError):
     """A run that cannot go on (a non-finite loss under train.nan_policy=stop)."""
 
@@ -243,11 +251,12 @@ class StepLogger:
         if not bool(m["finite"]):
             if self.cfg.train.nan_policy == "stop":
                 raise TrainingError(
-                    f"step {step}: loss is {float(m['loss'])}, grad norm {float(m['grad_norm'])}; stopping "
+                    f"step {step}: {non_finite(float(m['loss']), float(m['grad_norm']))}; stopping "
                     "(train.nan_policy=stop). The step was not applied."
                 )
             self.nan_skips += 1
-            print(f"step {step}: non-finite loss, step skipped ({self.nan_skips} so far)", flush=True)
+            print(f"step {step}: {non_finite(float(m['loss']), float(m['grad_norm']))}, step skipped "
+                  f"({self.nan_skips} so far)", flush=True)
         first = self.window_t is None
         if first:  # the first step includes compilation: time from its end
             self.window_t, self.side_seconds = ended, 0.0
