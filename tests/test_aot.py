@@ -23,9 +23,8 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
 
 
 def _aot(*args: str, config: str = "configs/lemur_70b_pretrain.py") -> tuple[int, dict]:
-    # ALLOW_MULTIPLE_LIBTPU_LOAD: another process describing a topology (this test's own
-    # in-process ones, or an aot run beside the suite) holds libtpu's lockfile
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "ALLOW_MULTIPLE_LIBTPU_LOAD"}  # aot.py's own rule, not ours
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="")
     # a workdir of its own: the config's relative runs/ may hold a real run (the demo's) to resume
     p = subprocess.run([sys.executable, "-m", "easylemur.aot", "--config", config,
                         f"--config.workdir={NO_RUN}", *args],
@@ -51,6 +50,22 @@ GiB = 2**30
 
 @pytest.mark.slow
 @needs_libtpu
+@needs_libtpu
+def test_aot_checks_on_a_host_without_chips_run_side_by_side():
+    """libtpu's lockfile guards chips; a compile-only libtpu holds none, so two AOT checks at
+    once (or one beside the suite) both describe their topology instead of one failing with
+    "Internal error when accessing libtpu multi-process lockfile"."""
+    code = ("import time; from easylemur.train.aot import topology_devices; "
+            "print(len(topology_devices('v5e:2x2', 'default'))); time.sleep(3)")
+    env = {k: v for k, v in os.environ.items() if k != "ALLOW_MULTIPLE_LIBTPU_LOAD"}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and [o.strip() for o, _ in outs] == ["4", "4"], \
+        [e[-500:] for _, e in outs]
+
+
 def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
     """As a v4-512 TPU VM presents it: 256 megacore devices of 30.75 GiB. The TPU compiler's own
     peak leaves at least 68% of HBM free at fsdp 256 (MaxText's llama2-70b with the same
