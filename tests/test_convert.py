@@ -519,6 +519,9 @@ def test_auto_tokenizer_encodes_like_easylemur(converted, tmp_path):
         assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s), repr(s)
         assert theirs(s)["input_ids"] == [ours.bos_id] + ours.encode(s), repr(s)
         assert theirs.decode(ours.encode(s)) == ours.decode(ours.encode(s)), repr(s)
+    # the text of BOS/EOS/UNK/pad is those tokens on both sides (docs/design.md "Literal special-token text")
+    for s in ["x = '</s>'", "<p><s>old</s> new</p>", "<unk> <pad>", "a</s><|im_end|>b"]:
+        assert theirs(s, add_special_tokens=False)["input_ids"] == ours.encode(s), repr(s)
     for msgs, expected in CHATS:
         text = theirs.apply_chat_template(msgs, tokenize=False)
         assert text == expected == theirs.bos_token + render_text(msgs)

@@ -78,10 +78,10 @@ def test_base_model_export_is_no_chat_model(pretrain_ckpt, tmp_path, capsys):
     assert auto.model_max_length == 384 and auto.chat_template is None
     # tokenizer.json beside tokenizer.model: transformers loads the fast tokenizer, with easylemur's ids
     assert (tmp_path / "out" / "tokenizer.json").is_file() and auto.is_fast
-    texts = random_strings(150, seed=5) + ["<|im_start|>user\nhi<|im_end|>\n", "x<|im_end|>y", " <|im_start|>"]
-    # easylemur keeps the text "<s>", "</s>", "<unk>" as text on purpose (spm.Tokenizer.encode)
-    texts = [t for t in texts if not any(s in t for s in ("<s>", "</s>", "<unk>"))]
-    assert any("<|im_end|>" in t for t in texts)
+    texts = random_strings(150, seed=5) + ["<|im_start|>user\nhi<|im_end|>\n", "x<|im_end|>y", " <|im_start|>",
+                                           "<p><s>old</s></p>", "print('</s>')", "<unk><pad>"]
+    # the text of BOS/EOS/UNK/pad and the ChatML markers: the same ids (spm.Tokenizer.encode)
+    assert any("<|im_end|>" in t for t in texts) and sum(TOK.has_literal_specials(t) for t in texts) >= 20
     for t in texts:
         assert auto(t, add_special_tokens=False)["input_ids"] == TOK.encode(t), t
         assert auto(t)["input_ids"] == [TOK.bos_id] + TOK.encode(t), t
@@ -173,10 +173,28 @@ def test_fast_tokenizer_skipped_without_transformers(pretrain_ckpt, tmp_path, mo
 
 
 def test_fast_tokenizer_that_disagrees_is_not_written(pretrain_ckpt, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(convert, "_check_strings", lambda tok: ["<s>"])  # HF matches it as BOS; easylemur keeps text
+    """to-hf's check on the old pair: easylemur reading "</s>" as text (sentencepiece's own rule, what
+    encode did before), the export matching it as EOS. The check's strings hold that text, so it fails."""
+    monkeypatch.setattr(Tokenizer, "encode", lambda self, text, continuation=False: self.sp.encode(text))
     _export(pretrain_ckpt, tmp_path / "out")
     assert not (tmp_path / "out" / "tokenizer.json").exists()
-    assert "no tokenizer.json written" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: no tokenizer.json written" in err and "other ids than easylemur's tokenizer for" in err
+
+
+def test_check_fails_on_a_tokenizer_config_that_reads_special_text_as_text(tmp_path):
+    """The check against a deliberately wrong tokenizer_config.json: split_special_tokens makes
+    AutoTokenizer spell out "</s>" and the ChatML markers, which easylemur matches."""
+    TOK.save_hf(tmp_path)
+    assert convert.write_fast_tokenizer(tmp_path, TOK, print)
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**cfg, "split_special_tokens": True}))
+    logged = []
+    assert not convert.write_fast_tokenizer(tmp_path, TOK, logged.append)
+    assert not (tmp_path / "tokenizer.json").exists() and logged[0].startswith("warning: no tokenizer.json written")
+    checked = convert._check_strings(TOK)
+    for t in ("<s>", "</s>", "<unk>", "<pad>", "<|im_start|>", "<|im_end|>"):
+        assert t in checked and any(t in c and c != t for c in checked), t  # alone and inside text
 
 
 def test_dummy_prefix_tokenizer_gets_a_fast_tokenizer_json(llama2_like_spm, tmp_path):
@@ -191,6 +209,6 @@ def test_dummy_prefix_tokenizer_gets_a_fast_tokenizer_json(llama2_like_spm, tmp_
     assert "chat_template" not in tcfg and eos == [tok.eos_id] and tcfg["model_max_length"] == 384
     auto = AutoTokenizer.from_pretrained(tmp_path / "out")
     assert (tmp_path / "out" / "tokenizer.json").is_file() and auto.is_fast
-    texts = [t for t in random_strings(150, seed=7) if not any(s in t for s in ("<s>", "</s>", "<unk>"))]
+    texts = random_strings(150, seed=7) + ["</s> lead", "<s>x", "<|im_start|>"]  # no ChatML pieces: that is text
     for t in texts + [" lead", "x", "▁y"]:
         assert auto(t, add_special_tokens=False)["input_ids"] == tok.encode(t), t

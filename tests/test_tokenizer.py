@@ -100,26 +100,11 @@ def test_hf_autotokenizer_agrees(tok, tmp_path):
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     for text in CODE:
         assert hf.encode(text, add_special_tokens=False) == tok.encode(text), text[:40]
-    # this source file writes "<s>" and "</s>", which encode keeps as text (see below)
+    # this source file writes "<s>" and "</s>": matched as BOS/EOS by both (see below)
     text = (ROOT / "easylemur" / "tokenizer" / "spm.py").read_text()
-    assert "</s>" in text and hf.encode(text, add_special_tokens=False) != tok.encode(text)
-    assert _hf_literal_specials(hf, text) == tok.encode(text)
+    assert "</s>" in text and hf.encode(text, add_special_tokens=False) == tok.encode(text)
     assert hf.encode("hi") == [tok.bos_id] + tok.encode("hi")
     assert hf.convert_tokens_to_ids(list(CHATML_TOKENS)) == [tok.im_start_id, tok.im_end_id]
-
-
-def _hf_literal_specials(hf, text: str) -> list[int]:
-    """HF's ids of `text` for a model without dummy prefix, with "<s>", "</s>", ... read as
-    text (split_special_tokens) but the ChatML markers still matched."""
-    import re
-
-    out = []
-    for part in re.split("(<\\|im_start\\|>|<\\|im_end\\|>)", text):
-        if part in CHATML_TOKENS:
-            out += hf.convert_tokens_to_ids([part])
-        elif part:
-            out += hf.encode(part, add_special_tokens=False, split_special_tokens=True)
-    return out
 
 
 def test_extend_adds_chatml(tmp_path, llama2_like_spm):
@@ -218,6 +203,9 @@ def tok_pair(request, tmp_path_factory, llama2_like_spm):
 
 
 _CORPUS = None
+# the text of BOS/EOS/UNK/pad, alone, broken and in code and HTML (spm.Tokenizer.encode matches them as HF does)
+LITERAL_SPECIALS = ["<s>", "</s>", "<unk>", "<pad>", "<p><s>old</s> new</p>", "print('</s>')", " </s>", "<s", "</s",
+                    "<pad><pad>", "<<unk>>"]
 
 
 def _random_strings(n: int, seed: int) -> list[str]:
@@ -233,7 +221,7 @@ def _random_strings(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     ws = [" ", "  ", "    ", "\n", "\n\n", "\t", "\t\t", "\r\n", " \n", "\n    ", "\u2581", "\u3000", "\u00a0"]
     marks = ["<|im_start|>", "<|im_end|>", "<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n",
-             "<|im_", "|>", "<|im_end", "< |im_start|>"]
+             "<|im_", "|>", "<|im_end", "< |im_start|>"] + LITERAL_SPECIALS
     words = ["hello", "def", "x = 1", "return x", "12345", "3.14", "if (a && b) {", "}", "print('hi')",
              "# comment", "é", "日本語", "🎉", "Grüße", "naïve café", "\u200b", "Ωμέγα", "ё", "—", "$HOME"]
 
@@ -262,6 +250,7 @@ def _random_strings(n: int, seed: int) -> list[str]:
 def test_hf_parity_random_strings(tok_pair):
     ours, hf = tok_pair
     texts = _random_strings(600, seed=0)
+    assert sum(ours.has_literal_specials(t) for t in texts) > 100  # the text of <s>, </s>, <unk>, <pad> is covered
     theirs = hf(texts, add_special_tokens=False)["input_ids"]
     bad = [(t, h, ours.encode(t)) for t, h in zip(texts, theirs) if h != ours.encode(t)]
     assert not bad, f"{len(bad)} of {len(texts)} differ, e.g. {bad[0][0]!r}: HF " \
@@ -271,8 +260,11 @@ def test_hf_parity_random_strings(tok_pair):
     assert all(a.dtype == np.int32 for a in arrays) and [a.tolist() for a in arrays] == theirs
     assert hf(texts[:50])["input_ids"] == [[ours.bos_id] + t for t in theirs[:50]]  # add_bos_token
     if not ours.add_dummy_prefix:  # the shipped model is lossless, markers included (a literal
-        # "▁" is sentencepiece's space: it decodes as " ", in HF too)
+        # "▁" is sentencepiece's space: it decodes as " ", in HF too; sentencepiece decodes BOS/EOS/...
+        # to nothing, as HF with skip_special_tokens)
         for t in texts:
+            if ours.has_literal_specials(t):
+                continue
             assert ours.decode(ours.encode(t)) == t.replace("\u2581", " ") == hf.decode(ours.encode(t)).replace("\u2581", " ")
 
 
@@ -292,17 +284,41 @@ def test_hf_parity_random_chats(tok_pair):
                                            return_dict=False)) == render_prompt(msgs, ours), msgs
 
 
-def test_literal_bos_eos_strings_stay_text(tok_pair):
-    """The one deliberate difference: HF matches "<s>", "</s>", "<unk>", "<pad>" in raw text as
-    the special ids; encode keeps them as text, so a code model trained on NLP code never learns
-    to emit EOS (which ends generation) where a program writes "</s>"."""
+def test_literal_special_text_is_matched_as_hf_does(tok_pair):
+    """The one rule for "<s>", "</s>", "<unk>", "<pad>" written in text (a code corpus holds
+    them in HTML and strings): their ids, in training, easylemur's eval and the export's
+    AutoTokenizer alike (docs/design.md, "Literal special-token text")."""
     ours, hf = tok_pair
     has_pad = ours.id_to_piece(ours.pad_id) == "<pad>"
-    for s in ["x = '</s>'", "<s>hi", "<unk>"] + ["tokens: <pad> <pad>"] * has_pad:
+    cases = {"x = '</s>'": ours.eos_id, "<s>hi": ours.bos_id, "<unk>": ours.sp.unk_id(), "<p><s>a</s></p>": ours.eos_id}
+    if has_pad:
+        cases["tokens: <pad> <pad>"] = ours.pad_id
+    for s, want in cases.items():
         ids = ours.encode(s)
-        assert not {ours.bos_id, ours.eos_id, ours.sp.unk_id(), ours.pad_id} & set(ids)
-        assert hf(s, add_special_tokens=False)["input_ids"] != ids  # (HF's rule, pinned)
-        assert ours.decode(ids) == s or ours.add_dummy_prefix
+        assert want in ids and hf(s, add_special_tokens=False)["input_ids"] == ids, s
+    # a conversation whose content writes "</s>": the export's chat template gives training's ids
+    from easylemur.data.chat import render_chat
+
+    msgs = [{"role": "user", "content": "strike <s>this</s>"}, {"role": "assistant", "content": "print('</s>')"}]
+    ids = render_chat(msgs, ours)[0]
+    assert ids.count(ours.eos_id) == 2 and list(hf.apply_chat_template(msgs, tokenize=True, return_dict=False)) == ids
+
+
+def test_literal_specials_without_chatml(llama2_like_spm, tmp_path):
+    """Llama-2's kind of model with no ChatML pieces: "<|im_start|>" is text on both sides, "</s>" EOS."""
+    import transformers
+
+    ours = Tokenizer(str(llama2_like_spm))
+    assert not ours.has_chatml
+    ours.save_hf(tmp_path)
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    texts = _random_strings(400, seed=4)
+    assert sum(ours.has_literal_specials(t) for t in texts) > 40 and sum("<|im_start|>" in t for t in texts) > 30
+    theirs = hf(texts, add_special_tokens=False)["input_ids"]
+    bad = [t for t, h in zip(texts, theirs) if h != ours.encode(t)]
+    assert not bad, f"{len(bad)} of {len(texts)} differ, e.g. {bad[0]!r}"
+    assert ours.encode_batch(texts) == theirs and [ours.encode_array(t).tolist() for t in texts] == theirs
+    assert ours.encode("<|im_start|>") != [ours.piece_to_id("<|im_start|>")]
 
 
 # With a dummy prefix (Llama-2's) transformers 5's tokenizer (Metaspace, prepend_scheme "first")

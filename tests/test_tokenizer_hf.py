@@ -216,6 +216,24 @@ def test_save_hf_and_chatml_without_bos(qwen_dir, llama3_dir, tmp_path):
     assert _auto(tmp_path / "l3")("a b", add_special_tokens=False)["input_ids"] == l3.encode("a b")
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_export_reads_special_token_text_as_easylemur(qwen_dir, tmp_path, split):
+    """Special-token text in a document ("<|endoftext|>", "<|im_start|>", "</s>"): AutoTokenizer on
+    the export gives easylemur's ids, whichever the tokenizer's rule: its added tokens matched
+    (the default), or special ones read as text (tokenizer_config.json's split_special_tokens)."""
+    src = shutil.copytree(qwen_dir, tmp_path / "src")
+    cfg = json.loads((src / "tokenizer_config.json").read_text())
+    (src / "tokenizer_config.json").write_text(json.dumps({**cfg, "split_special_tokens": split}))
+    tok = load_tokenizer(src)
+    tok.save_hf(tmp_path / "out")
+    auto = _auto(tmp_path / "out")
+    texts = [t for t in STRINGS if "<|" in t or "</s>" in t] + ["a<|endoftext|>b", "x = '<|im_end|>'", "<|im_start|>"]
+    assert len(texts) > 150
+    assert tok.encode_batch(texts) == auto(texts, add_special_tokens=False)["input_ids"]
+    eot = tok.piece_to_id("<|endoftext|>")
+    assert (eot in tok.encode("a<|endoftext|>b")) is not split and tok.has_chatml is not split
+
+
 def _expected_docs(path: Path, auto, tok) -> list[list[int]]:
     """The documents of `path` framed as the pipeline frames them, encoded by AutoTokenizer."""
     bos = [tok.bos_id] if tok.bos_id is not None else []

@@ -617,24 +617,25 @@ def export_chat_template(saved: model_meta.ModelCheckpoint, tok: Any, choice: st
 
 
 def _check_strings(tok: Any) -> list[str]:
-    """Texts a fast tokenizer.json must encode exactly as easylemur does: code, whitespace runs,
-    unicode, and the ChatML markers inside text. The literal text of BOS/EOS/UNK/pad is left out:
-    easylemur keeps it as text on purpose, where HF matches the token (spm.Tokenizer.encode)."""
+    """Texts AutoTokenizer on the export must encode exactly as easylemur does: code, whitespace runs,
+    unicode, and the text of the tokens matched whole in raw text (spm.Tokenizer.encode, docs/design.md
+    "Literal special-token text"): "<s>", "</s>", "<unk>", "<pad>", the tokenizer's own BOS/EOS/UNK/pad
+    and the ChatML markers, alone, broken and inside code and HTML, whether the tokenizer has them or
+    not (then both read them as text)."""
     import random
 
     rnd = random.Random(0)
+    specials = ["<s>", "</s>", "<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
+    ids = (tok.bos_id, tok.eos_id, tok.pad_id) + ((tok.sp.unk_id(),) if hasattr(tok, "sp") else ())
+    specials += sorted({tok.id_to_piece(i) for i in ids if i is not None and i >= 0} - set(specials))
     pieces = ["def f(x):\n\treturn x  +  1\n", "    if a == b:\n        print('héllo wörld 1234567')\n", "  ", " ",
               "\n\n", "\r\n", "\t", "emoji 🦙🎉", "代码 コード 코드", "{\"k\": [1, 2.5, 0x1F]}", "n't 's", "▁x", "\u00a0",
-              "#include <stdio.h>", "a<|b|>c"]
-    if tok.has_chatml:
-        pieces += ["<|im_start|>", "<|im_end|>", "<|im_start|>user\n", "<|im_end|>\n"]
+              "#include <stdio.h>", "a<|b|>c", "<p><s>old</s> new</p>", "print('</s>')", " </s>", "<s", "</", "s>",
+              "<|im_", "<|im_start|>user\n", "<|im_end|>\n"] + specials
     out = list(pieces)
-    for _ in range(64):
+    for _ in range(128):
         out.append("".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 6))))
-    specials = {tok.id_to_piece(i) for i in (tok.bos_id, tok.eos_id, tok.pad_id) if i is not None and i >= 0}
-    if hasattr(tok, "sp"):
-        specials.add(tok.sp.id_to_piece(tok.sp.unk_id()))
-    return [t for t in out if not any(sp in t for sp in specials)]
+    return out
 
 
 def write_fast_tokenizer(out_dir: Path, tok: Any, log) -> bool:
@@ -649,7 +650,7 @@ def write_fast_tokenizer(out_dir: Path, tok: Any, log) -> bool:
             "tokenizer.model when they load it); `pip install transformers` before to-hf writes one")
         return False
     target = out_dir / "tokenizer.json"
-    problem = None
+    problem, disagrees = None, False
     try:
         with tempfile.TemporaryDirectory() as tmp:
             AutoTokenizer.from_pretrained(out_dir).save_pretrained(tmp)
@@ -663,13 +664,15 @@ def write_fast_tokenizer(out_dir: Path, tok: Any, log) -> bool:
             theirs, ours = fast(text, add_special_tokens=False)["input_ids"], tok.encode(text)
             if list(theirs) != list(ours):
                 problem = f"gives other ids than easylemur's tokenizer for {text!r} ({list(theirs)[:8]} vs {ours[:8]})"
+                disagrees = True
                 break
     except Exception as e:  # a converter that fails is a missing convenience, never a failed export
         problem = f"could not be made ({type(e).__name__}: {e})"
     if problem is not None:
         target.unlink(missing_ok=True)
-        log(f"note: no tokenizer.json written: transformers' fast tokenizer {problem}; tokenizer.model alone is the "
-            "tokenizer (transformers and vLLM convert it on load)")
+        # other ids: transformers' conversion reads the model otherwise than training did, on load too
+        log(f"{'warning' if disagrees else 'note'}: no tokenizer.json written: transformers' fast tokenizer {problem}; "
+            "tokenizer.model alone is the tokenizer (transformers and vLLM convert it on load)")
         return False
     return True
 

@@ -4,7 +4,10 @@ the kind a path holds.
 
 Ids are those of `transformers.AutoTokenizer.from_pretrained(dir)` (fast) with
 `add_special_tokens=False`: `tokenizer.json` runs as it is (normalizer, pre-tokenizer regexes,
-added tokens matched in raw text, special ones included), nothing added around the text. BOS,
+added tokens matched in raw text, special ones included: "<|endoftext|>" in a document is the
+token, as for sentencepiece's "</s>", docs/design.md "Literal special-token text"; special ones
+read as text only where tokenizer_config.json says `split_special_tokens`, as AutoTokenizer
+does), nothing added around the text. BOS,
 EOS and pad come from `tokenizer_config.json` beside it (a string or an AddedToken dict each).
 `bos_id` is None when the tokenizer has no BOS (`bos_token` null, as Qwen2.5, or
 `add_bos_token: false`): documents are then framed as tokens + EOS (data/tokenize.py) and
@@ -101,6 +104,11 @@ class HFTokenizer:
                 cont[key], f = _strip_prefix_space(cont[key])
                 found |= f
         self._cont = _HFTokenizer.from_str(json.dumps(cont)) if found else self.tok
+        # tokenizer_config.json's split_special_tokens (default false): AutoTokenizer then reads the
+        # text of special added tokens as text, so encode must too (non-special ones stay matched)
+        self.split_special_tokens = bool(config.get("split_special_tokens", False))
+        for t in {id(self.tok): self.tok, id(self._cont): self._cont}.values():
+            t.encode_special_tokens = self.split_special_tokens
         vocab = self.tok.get_vocab(with_added_tokens=True)
         self.vocab_size: int = max(vocab.values()) + 1
 

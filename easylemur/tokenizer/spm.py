@@ -4,13 +4,15 @@
 The ChatML markers `<|im_start|>` and `<|im_end|>` are USER_DEFINED pieces of the sentencepiece
 model, not CONTROL pieces: sentencepiece then recognises them in raw text, exactly as Hugging
 Face's tokenizer recognises its added tokens, so `Tokenizer.encode(rendered_chat)` and
-`AutoTokenizer.from_pretrained(dir)(rendered_chat)` give the same ids. (A CONTROL piece would
-be split into characters by sentencepiece but matched whole by HF.) The cost is that a literal
+`AutoTokenizer.from_pretrained(dir)(rendered_chat)` give the same ids. The cost is that a literal
 "<|im_end|>" in user content becomes the special token; HF's chat template does the same.
 
-`Tokenizer.encode` follows HF where sentencepiece and HF differ, since HF/vLLM serve the
-exported model: for dummy-prefix models (Llama-2's), "▁" is prepended only at the very start of
-the input and not before a leading space or marker (HF's Metaspace, prepend_scheme "first").
+`Tokenizer.encode` follows HF where sentencepiece and HF differ, since HF/vLLM/lm-eval serve and
+score the exported model (docs/design.md, "Literal special-token text"):
+- the text of a CONTROL or UNKNOWN piece ("<s>", "</s>", "<pad>", "<unk>") is matched whole as
+  its id, as transformers matches its special tokens; sentencepiece alone would spell it out;
+- for dummy-prefix models (Llama-2's), "▁" is prepended only at the very start of the input and
+  not before a leading space or matched token (HF's Metaspace, prepend_scheme "first").
 tests/test_tokenizer.py compares the two over many random strings, for both kinds of model.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -107,7 +110,16 @@ class Tokenizer:
         self.add_dummy_prefix = bool(m.normalizer_spec.add_dummy_prefix)
         # USER_DEFINED pieces (the ChatML markers, ...) are matched in raw text by sentencepiece
         # and, as added tokens, by HF
-        self._user_defined = tuple(p.piece for p in m.pieces if p.type == pb.ModelProto.SentencePiece.USER_DEFINED)
+        kinds = pb.ModelProto.SentencePiece
+        self._user_defined = tuple(p.piece for p in m.pieces if p.type == kinds.USER_DEFINED)
+        # CONTROL and UNKNOWN pieces (<s>, </s>, <pad>, <unk>): sentencepiece spells their text out,
+        # transformers (an added token each) matches it whole; encode does as transformers
+        self._literal = tuple(p.piece for p in m.pieces if p.type in (kinds.CONTROL, kinds.UNKNOWN) and p.piece)
+        self._matched = {p.piece: i for i, p in enumerate(m.pieces)
+                         if p.piece and p.type in (kinds.CONTROL, kinds.UNKNOWN, kinds.USER_DEFINED)}
+        # leftmost-longest, as transformers' added-token matcher: the alternation tries longer pieces first
+        self._split = re.compile("(" + "|".join(re.escape(t) for t in sorted(self._matched, key=len, reverse=True))
+                                 + ")") if self._matched else None
         if self.add_dummy_prefix:
             m.normalizer_spec.add_dummy_prefix = False
             self._sp_cont = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
@@ -165,32 +177,66 @@ class Tokenizer:
         not at offset 0). Empty text gets nothing."""
         return bool(text) and text[0] not in " \u2581" and not text.startswith(self._user_defined)
 
+    def has_literal_specials(self, text: str) -> bool:
+        """Whether `text` holds the text of a CONTROL/UNKNOWN piece ("<s>", "</s>", "<pad>",
+        "<unk>"), which `encode` matches as its id where sentencepiece alone would spell it out."""
+        return any(t in text for t in self._literal)
+
+    def _sp_for(self, text: str, continuation: bool) -> spm.SentencePieceProcessor:
+        """The processor for plain text (no CONTROL/UNKNOWN piece's text in it): the dummy-prefix
+        one only where HF's Metaspace prepends "▁" (`_prefixed`)."""
+        return self.sp if not continuation and self._sp_cont is not self.sp and self._prefixed(text) else self._sp_cont
+
+    def _encode_split(self, text: str, continuation: bool) -> list[int]:
+        """`encode` of text holding a CONTROL/UNKNOWN piece's text, as transformers does it: the
+        matched pieces (those and the USER_DEFINED ones) cut the text, each matched piece is its
+        id, and only text at offset 0 of the input gets a dummy prefix."""
+        ids: list[int] = []
+        for k, part in enumerate(self._split.split(text)):
+            if k % 2:
+                ids.append(self._matched[part])
+            elif part:
+                ids += self._sp_for(part, continuation or k > 0).encode(part)
+        return ids
+
     def encode(self, text: str, *, continuation: bool = False) -> list[int]:
         """Token ids of `text`, without BOS/EOS, exactly as the HF tokenizer `save_hf` writes
         encodes it (`AutoTokenizer(text, add_special_tokens=False)`).
 
+        Literal "<s>", "</s>", "<unk>", "<pad>" (the text of any CONTROL/UNKNOWN piece) become
+        their ids, as HF (and vLLM, lm-eval, EasyLM's tokenizer) match them; sentencepiece alone
+        would spell them out. Training, easylemur's eval and the export follow this one rule
+        (docs/design.md, "Literal special-token text", says why not sentencepiece's).
+
         For a dummy-prefix model (Llama-2's) that is HF's rule, not sentencepiece's: "▁" is
         prepended only at the very start of the input, and not when the text starts with a
-        space (" hi" is "▁hi", where sentencepiece gives "▁▁hi") or with an added token such as
+        space (" hi" is "▁hi", where sentencepiece gives "▁▁hi") or with a matched token such as
         <|im_start|> (sentencepiece puts a lone "▁" before it). continuation=True: `text`
         follows other text or a special token (ChatML rendering), so no "▁" is prepended at all.
-        The shipped model has no dummy prefix: both rules are plain sentencepiece.
-
-        Literal "<s>", "</s>", "<unk>", "<pad>" stay text (bytes), where HF matches them as
-        BOS/EOS/...: a code model must not learn to emit EOS where a program prints "</s>"."""
-        if not continuation and self._sp_cont is not self.sp and self._prefixed(text):
-            return self.sp.encode(text)
-        return self._sp_cont.encode(text)
+        The shipped model has no dummy prefix: both rules are plain sentencepiece."""
+        if self.has_literal_specials(text):
+            return self._encode_split(text, continuation)
+        return self._sp_for(text, continuation).encode(text)
 
     def encode_array(self, text: str, *, continuation: bool = False) -> np.ndarray:
         """`encode` as an int32 numpy array, straight from sentencepiece's buffer (no Python
         ints) where it has one (`encode_ids_array`): what the data pipeline uses."""
-        sp = self.sp if not continuation and self._sp_cont is not self.sp and self._prefixed(text) else self._sp_cont
-        return encode_ids_array(sp, text)
+        if self.has_literal_specials(text):
+            return np.asarray(self._encode_split(text, continuation), np.int32)
+        return encode_ids_array(self._sp_for(text, continuation), text)
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         """`[encode(t) for t in texts]`, in one call (sentencepiece's batch API, `num_threads`)."""
         texts = list(texts)
+        split = [i for i, t in enumerate(texts) if self.has_literal_specials(t)]
+        if split:  # rare: those one by one, the rest in one batch
+            out: list = [None] * len(texts)
+            for i in split:
+                out[i] = self._encode_split(texts[i], False)
+            plain = [i for i in range(len(texts)) if out[i] is None]
+            for i, ids in zip(plain, self.encode_batch([texts[i] for i in plain], num_threads)):
+                out[i] = ids
+            return out
         if self._sp_cont is self.sp:
             return self.sp.encode(texts, num_threads=num_threads)
         # dummy prefix: the texts HF prefixes with "▁" get a leading space (identical to
