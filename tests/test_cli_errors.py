@@ -82,8 +82,13 @@ def ckpt(hf_dir, tmp_path_factory) -> Path:
 # ----------------------------------------------------------------------------- generate
 
 
-def test_chat_with_non_utf8_stdin_is_bad_input_naming_the_line(ckpt):
-    p = cli("generate", "--checkpoint", ckpt, "--chat", "--max-new-tokens", "4", input=b"hello\n\xff\xfe there\n")
+def test_chat_with_non_utf8_stdin_is_bad_input_naming_the_line(ckpt, tmp_path):
+    from easylemur.data.chat import CHAT_TEMPLATE
+
+    # a base model (from-hf of a directory without a chat template) chats in the template given
+    (tmp_path / "chatml.jinja").write_text(CHAT_TEMPLATE)
+    p = cli("generate", "--checkpoint", ckpt, "--chat", "--chat-template", tmp_path / "chatml.jinja",
+            "--max-new-tokens", "4", input=b"hello\n\xff\xfe there\n")
     line = error_line(p, 2)
     assert "stdin line 2" in line and "0xff" in line, line
 
@@ -173,3 +178,22 @@ def test_failed_training_save_is_one_line_without_orbax_tracebacks(tmp_path):
         line = error_line(p, 1)
         assert line.startswith(f"error: saving a checkpoint in {disk / 'checkpoints'} failed: No space left on device")
         assert line.endswith("no checkpoint was saved"), line
+
+
+# ----------------------------------------------------------------------------- data tokenize / finalize
+
+
+@pytest.mark.parametrize("cmd, out, words", [
+    ("tokenize", "{f}", "{f}: is a file, not a directory: a token store is a directory (made if missing) or a bucket URL"),
+    ("tokenize", "{f}/store", "{f}/store: cannot make the token store's directory here: Not a directory"),
+    ("finalize", "{f}", "{f}: is a file, not a directory: a token store is a directory (made if missing) or a bucket URL"),
+])
+def test_data_store_out_that_is_a_file_is_bad_input_naming_it(tmp_path, capsys, cmd, out, words):
+    from easylemur.data.__main__ import main as data_main
+
+    f = tmp_path / "notes.txt"
+    f.write_text("not a store\n")
+    rc = data_main([cmd, "--config", str(ROOT / "configs" / "tiny_pretrain.py"), "--out", out.format(f=f)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"error: {words.format(f=f)}\n", err
+    assert f.read_text() == "not a store\n"

@@ -80,3 +80,17 @@ def test_data_errors_are_one_line_exit_2(capsys, tmp_path):
     # --debug: the same error with its traceback
     rc, _, err = run(capsys, *base, f"--config.data.sources.code.path={cut}", "--debug")
     assert rc == 2 and "Traceback" in err and f"{cut}: truncated zstd file" in err.splitlines()[-1]
+
+
+def test_one_bad_line_is_reported_and_counted_once(capsys, tmp_path):
+    lines = [json.dumps({"text": f"document {i} " * 20}) for i in range(6)]
+    lines.insert(3, "{not json")
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    # 48 rows of 256 tokens read these ~400 tokens of code dozens of times over (epochs): the
+    # bad line is met in each, and is still one bad record
+    rc, out, err = run(capsys, "preview", "--config", "configs/tiny_pretrain.py", "--rows", "48",
+                       f"--config.data.sources.code.path={tmp_path}")
+    assert rc == 0, err
+    assert len(out.splitlines()) == 48
+    assert err.count("skipped bad record") == 1 and f"{tmp_path / 'a.jsonl'}:4: malformed_json" in err, err
+    assert "easylemur.data: bad records skipped: 'code': 1 (malformed_json 1)" in err, err

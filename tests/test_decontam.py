@@ -4,14 +4,18 @@ re-commented, planted among real documents of the sample corpus, are found exact
 source, file:line and ids, and nothing else is; the sample corpus itself is clean; bad --against
 items are one-line errors."""
 
+import ast
+import io
 import json
 import re
 import subprocess
 import sys
+import tokenize as pytokenize
 from pathlib import Path
 
 import pytest
 
+from easylemur.data import decontam
 from easylemur.data.__main__ import main
 from easylemur.data.decontam import Benchmarks, tokens
 from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, resolve_files
@@ -158,7 +162,7 @@ def test_normalization_ignores_layout_quotes_and_comments():
 
 def test_every_humaneval_problem_reformatted_matches_itself_and_the_sample_corpus_is_clean():
     bench = Benchmarks.load("humaneval")
-    assert bench.describe() == "humaneval (164 items): 13-grams of normalized code"
+    assert bench.describe() == "humaneval (164 items): 13-grams of normalized code and 17-word grams with identifiers normalized"
     he = humaneval()
     for tid, p in he.items():
         assert tid in bench.matches("# solutions\n" + reformat(p["prompt"] + p["canonical_solution"])), tid
@@ -188,7 +192,8 @@ def test_decontaminate_finds_exactly_the_planted_documents(corpus, capsys):
     head = events[0]
     assert head["kind"] == "benchmarks"
     assert head["against"] == (f"humaneval (164 items), mbpp (5 items), {corpus['dir'] / 'private_bench.jsonl'} "
-                               "(2 items): 13-grams of normalized code; 1 item shorter than 13 words matched whole")
+                               "(2 items): 13-grams of normalized code and 17-word grams with identifiers normalized; "
+                               "1 item shorter than 13 words matched whole")
     found = {(e["source"], e["where"]): e["matches"] for e in events if e["kind"] == "match"}
     assert found == corpus["expect"]
     summaries = [e for e in events if e["kind"] == "summary"]
@@ -211,7 +216,8 @@ def test_text_report_and_a_token_store_skipped(corpus, capsys, tmp_path):
     out, err = capsys.readouterr()
     assert rc == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("against mbpp (5 items): 13-grams of normalized code (fingerprint ")
+    assert lines[0].startswith("against mbpp (5 items): 13-grams of normalized code and 17-word grams with identifiers "
+                               "normalized (fingerprint ")
     code_file = corpus["dir"] / "code" / "code.jsonl"
     assert f"code  {code_file}:18  mbpp/11" in lines
     assert lines.index(f"tok: skipped: {store} is a token store: its text is gone, not scanned "
@@ -268,3 +274,75 @@ def test_cli_end_to_end_in_its_own_process(corpus):
     assert lines[-3:] == ["chat: 15 documents scanned, 2 contaminated",
                           "code: 24 documents scanned, 5 contaminated",
                           "text: 12 documents scanned, 1 contaminated, 2 bad records skipped"]
+
+
+def renamed(p: dict, *, local_names: bool, docstring: bool) -> str:
+    """HumanEval problem `p` (prompt + canonical solution) with its parameters (and, with
+    `local_names`, every variable its function assigns) renamed consistently: in the code, and in
+    the docstring's words too (as a careful copier does); without `docstring`, the signature and
+    the renamed body only."""
+    src = p["prompt"] + p["canonical_solution"]
+    fn = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == p["entry_point"])
+    names = [a.arg for a in fn.args.args]
+    if local_names:
+        names += [n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    taken = set(re.findall(r"\w+", src))
+    fresh = (w for i in range(9) for w in (f"arr{i}", f"val{i}", f"seq{i}", f"lim{i}", f"thing{i}") if w not in taken)
+    mapping = dict(zip(dict.fromkeys(names), fresh))
+    out = []
+    for t in pytokenize.generate_tokens(io.StringIO(src).readline):
+        if t.type == pytokenize.NAME and t.string in mapping:
+            t = t._replace(string=mapping[t.string])
+        elif t.type == pytokenize.STRING:
+            text = t.string
+            for a, b in mapping.items():
+                text = re.sub(rf"\b{re.escape(a)}\b", b, text)
+            t = t._replace(string=text)
+        out.append(t)
+    text = pytokenize.untokenize(out)
+    return text if docstring else re.sub(r'[ \t]*"""[\s\S]*?"""\n', "", text, count=1)
+
+
+def test_renamed_humaneval_solutions_are_found(capsys):
+    """Recall on every HumanEval problem copied with renamed names, printed: with the code grams
+    164, 164, 133 and 133 of 164 in these four forms; the word grams alone found 156, 153, 75 and
+    28 (the issue's corpus: 7 of 8 planted copies with renamed parameters)."""
+    bench = Benchmarks.load("humaneval")
+    found = {}
+    for local_names, docstring in ((False, True), (True, True), (False, False), (True, False)):
+        copies = {tid: renamed(p, local_names=local_names, docstring=docstring) for tid, p in humaneval().items()}
+        assert sum(copies[t] != p["prompt"] + p["canonical_solution"] for t, p in humaneval().items()) == 164
+        found[local_names, docstring] = sum(tid in bench.matches(text) for tid, text in copies.items())
+    with capsys.disabled():
+        print(f"\nrecall on renamed HumanEval copies (of 164): {found}")
+    assert found[False, True] == found[True, True] == 164  # parameters, or every name, renamed
+    # signature and renamed body, no docstring: a short body of keywords and builtins alone is
+    # no evidence (test_near_misses_are_not_flagged)
+    assert found[False, False] >= 130 and found[True, False] >= 130, found
+
+
+NEAR_MISSES = {
+    # idioms of real code (site-packages: networkx, sympy) that HumanEval solutions use too, with
+    # other names and other bodies: what a gram of keywords, builtins and renamed names alone flags
+    "HumanEval/20": "def merge_overlapping(communities):\n    to_merge = None\n    for i, u in enumerate(communities):\n"
+                    "        for j, v in enumerate(communities):\n            if i != j and u & v:\n"
+                    "                to_merge = (i, j)\n    return to_merge\n",
+    "HumanEval/18": "def find_run(seq, pat):\n    for i in range(len(seq) - len(pat) + 1):\n"
+                    "        if seq[i:i + len(pat)] == pat:\n            return i\n    return -1\n",
+    "HumanEval/40": "def check_intervals(n):\n    for i in range(len(n)):\n        for j in range(i + 1, len(n)):\n"
+                    "            for k in range(j + 1, len(n)):\n                assert Interval(n[i], n[j], n[k]).is_valid()\n",
+    "HumanEval/9": "def add_all(items):\n    total = None\n    for item in items:\n"
+                   "        total = item if total is None else total + item\n    return total\n",
+    "HumanEval/43": "def common_heads(n):\n    out = []\n    for i, p in enumerate(n):\n        for j in range(i + 1, len(n)):\n"
+                    "            if p[0] == n[j][0]:\n                out.append((p, n[j]))\n    return out\n",
+}
+
+
+def test_near_misses_are_not_flagged(monkeypatch):
+    bench = Benchmarks.load("humaneval")
+    assert {k: bench.matches(v) for k, v in NEAR_MISSES.items()} == {k: [] for k in NEAR_MISSES}
+    # they are near misses indeed: shorter code grams that need no named word flag most of them
+    monkeypatch.setattr(decontam, "CODE_N", 15)
+    monkeypatch.setattr(decontam, "CODE_MIN_NAMED", 0)
+    loose = Benchmarks.load("humaneval")
+    assert sum(k in loose.matches(v) for k, v in NEAR_MISSES.items()) >= 4

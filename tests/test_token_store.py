@@ -4,6 +4,7 @@ are found; a store of another tokenizer is refused."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -294,8 +295,22 @@ def test_tokenize_drops_exactly_the_contaminated_documents_and_records_them(tmp_
     got = [d["ids"].tolist() for d in store_docs(tmp_path / "store", "t", tok)]
     want = [w["ids"].tolist() for w in on_the_fly(str(tmp_path / "d"), "text", tok, 128)]
     assert got == [w for i, w in enumerate(want) if i not in planted]
+    # without --drop-contaminated, tokenize and finalize keep the units' decontamination: nothing
+    # is redone (which would put the contaminated documents back) and the manifest still says it
+    again = build.tokenize(srcs, tok, str(tmp_path / "store"), seq_len=128, strict=False, log=lambda m: None)
+    assert again["tokenized"] == 0 and again["done_before"] == 1
+    man = build.finalize(srcs, tok, str(tmp_path / "store"), seq_len=128)
+    assert man["sources"]["t"]["decontaminated"] == against.fingerprint and len(man["sources"]["t"]["dropped"]) == 2
     # a store built without the benchmarks is stale for a finalize that names them
+    plain = tmp_path / "plain"
+    build_store(srcs, tok, plain)
     with pytest.raises(DataError, match="decontaminated"):
+        build.finalize(srcs, tok, str(plain), seq_len=128, against=against)
+    # units made some with, some without the benchmarks: named, whichever way finalize is run
+    (tmp_path / "d" / "b.jsonl").write_text(json.dumps(clean[0]) + "\n")
+    build.tokenize(srcs, tok, str(tmp_path / "store"), seq_len=128, strict=False, log=lambda m: None)
+    with pytest.raises(DataError, match=r"source 't': its units disagree on decontamination \(1 not decontaminated, "
+                                        rf"1 against {against.fingerprint[:16]}\.\.\.\)"):
         build.finalize(srcs, tok, str(tmp_path / "store"), seq_len=128)
 
 
@@ -352,3 +367,104 @@ def test_workers_split_the_units_exactly_and_evenly():
     assert sorted(u.index for p in parts for u in p) == list(range(2000))  # each unit to exactly one worker
     loads = [sum(u.size for u in p) for p in parts]
     assert max(loads) <= 1.01 * min(loads)
+
+
+def _corpus(d: Path, files: int = 2, docs: int = 5) -> ConfigDict:
+    d.mkdir()
+    for i in range(files):
+        (d / f"{i}.jsonl").write_text("".join(json.dumps({"text": f"doc {i} {j}"}) + "\n" for j in range(docs)))
+    return sources(t={"path": str(d)})
+
+
+def test_an_input_edited_in_place_at_the_same_size_makes_its_unit_stale(tmp_path, tok):
+    srcs = _corpus(tmp_path / "data")
+    build_store(srcs, tok, tmp_path / "store", seq_len=64)
+    f = tmp_path / "data" / "1.jsonl"
+    size = f.stat().st_size
+    # file systems stamp mtimes from a coarse clock (a few ms): an edit in the very tick of the
+    # build would keep the mtime; a user's edit comes later than that
+    time.sleep(0.05)
+    with open(f, "r+b") as fh:  # in place, as an editor or a rerun script may: same size, new text
+        new = fh.read().replace(b"doc 1 ", b"DOC 9 ")
+        fh.seek(0)
+        fh.write(new)
+    assert f.stat().st_size == size
+    with pytest.raises(DataError, match=rf"t/00001 \({f}\): {f} changed since the unit was made \(its mtime_ns \d+ then, "
+                                        r"mtime_ns \d+ now\)"):
+        build.finalize(srcs, tok, str(tmp_path / "store"), seq_len=64)
+    logs = []
+    counts = build.tokenize(srcs, tok, str(tmp_path / "store"), seq_len=64, strict=False, log=logs.append)
+    assert counts["tokenized"] == 1 and counts["done_before"] == 1
+    assert any("t/00001" in m and ": tokenized," in m for m in logs)
+    build.finalize(srcs, tok, str(tmp_path / "store"), seq_len=64)
+    docs = store_docs(tmp_path / "store", "t", tok)
+    assert tok.decode(docs[5]["ids"][1:-1].tolist()) == "DOC 9 0"  # the new text, not the stale ids
+
+
+def test_a_bucket_object_rewritten_at_the_same_size_makes_its_unit_stale(tmp_path, tok, request):
+    """Through gcsfs (the GCS emulator): an object's generation is its stamp, read from its
+    metadata, no download."""
+    import fsspec
+
+    bucket = request.getfixturevalue("gcs_bucket")
+    url = f"{bucket}/raw/a.jsonl"
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.pipe_file(path, b'{"text": "first version"}\n')
+    srcs = sources(t={"path": f"{bucket}/raw"})
+    build_store(srcs, tok, tmp_path / "store", seq_len=64)
+    marker = json.loads((tmp_path / "store" / "t" / "00000.json").read_text())
+    assert marker["input"]["path"] == url and marker["stamp"].startswith("generation ")
+    fs.pipe_file(path, b'{"text": "other version"}\n')
+    with pytest.raises(DataError, match=rf"{url} changed since the unit was made \(its generation \d+ then, generation "):
+        build.finalize(srcs, tok, str(tmp_path / "store"), seq_len=64)
+    assert build.tokenize(srcs, tok, str(tmp_path / "store"), seq_len=64, strict=False, log=lambda m: None)["tokenized"] == 1
+
+
+def test_a_relative_path_names_the_same_corpus_as_the_absolute_one(tmp_path, tok, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rel = _corpus(Path("data"))
+    build_store(rel, tok, Path("store"), seq_len=64)
+    marker = json.loads((tmp_path / "store" / "t" / "00000.json").read_text())
+    assert marker["input"]["path"] == str(tmp_path / "data" / "0.jsonl")  # recorded resolved
+    absolute = sources(t={"path": str(tmp_path / "data")})
+    again = build.tokenize(absolute, tok, str(tmp_path / "store"), seq_len=64, strict=False, log=lambda m: None)
+    assert again["tokenized"] == 0 and again["done_before"] == 2
+    build.finalize(absolute, tok, str(tmp_path / "store"), seq_len=64)
+    # a marker of an older easylemur held the path as the config spelled it: the same file still
+    marker["input"]["path"] = "data/0.jsonl"
+    (tmp_path / "store" / "t" / "00000.json").write_text(json.dumps(marker))
+    build.finalize(absolute, tok, str(tmp_path / "store"), seq_len=64)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_every_file_of_a_store_is_as_readable_as_open_makes_it(tmp_path, tok, umask):
+    srcs = sources(t={"path": str(SAMPLES / "text")}, c={"path": str(SAMPLES / "chat" / "sharegpt.jsonl"),
+                                                         "format": "chat"})
+    old = os.umask(umask)
+    try:
+        build_store(srcs, tok, tmp_path / "store", seq_len=64)
+    finally:
+        os.umask(old)
+    modes = {str(p.relative_to(tmp_path / "store")): p.stat().st_mode & 0o777
+             for p in (tmp_path / "store").rglob("*") if p.is_file()}
+    assert {os.path.splitext(n)[1] for n in modes} == {".ids", ".docs", ".mask", ".json"}
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # data files, markers and manifest alike
+
+
+def test_a_long_unit_reports_its_progress_by_bytes(tmp_path, tok, monkeypatch):
+    (tmp_path / "data").mkdir()
+    _zst_corpus(tmp_path / "data" / "big.jsonl.zst", 600, 0)
+    (tmp_path / "data" / "small.jsonl").write_text(json.dumps({"text": "tiny"}) + "\n")
+    srcs = sources(t={"path": str(tmp_path / "data")})
+    logs: list[str] = []
+    build.tokenize(srcs, tok, str(tmp_path / "quiet"), seq_len=64, strict=False, log=logs.append)
+    assert len(logs) == 2  # units done within PROGRESS_EVERY seconds say only that they are done
+    monkeypatch.setattr(build, "PROGRESS_EVERY", 0.0)
+    logs.clear()
+    build.tokenize(srcs, tok, str(tmp_path / "store"), seq_len=64, strict=False, log=logs.append)
+    size = (tmp_path / "data" / "big.jsonl.zst").stat().st_size
+    lines = [m for m in logs if "t/00000" in m and "% (" in m]
+    shares = [int(re.search(r": (\d+)% \(", m).group(1)) for m in lines]
+    assert len(lines) > 1 and shares == sorted(shares) and shares[-1] == 100, logs
+    assert lines[-1].startswith("easylemur.data tokenize [0/1] 1/2 t/00000: 100% (") and \
+        f"of {size / 1e6:.1f} MB read, " in lines[-1] and "MB/s" in lines[-1]

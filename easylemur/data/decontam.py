@@ -1,7 +1,9 @@
 """Benchmark decontamination: which training documents share
 an n-gram of normalized code with a HumanEval or MBPP problem (prompt and canonical solution),
 or with any JSONL of benchmark text, so that they can be reported (`python -m easylemur.data
-decontaminate`) or dropped before tokenizing.
+decontaminate`) or dropped before tokenizing. Two kinds of gram: word grams (below) and code
+grams with identifiers normalized (`CodeWords`, after `gram_hashes`), which find a copy whose
+names were renamed.
 
 Normalization (`tokens`), the same for benchmark items and documents, keeps what identifies a
 solution and drops what reformatting changes, so that a reformatted, reindented or re-commented
@@ -39,7 +41,9 @@ record (nested ones too; not those of `id` / `*_id` keys) joined by newlines (id
 
 from __future__ import annotations
 
+import builtins
 import hashlib
+import keyword
 import os
 import re
 from typing import Any, Iterator, Mapping
@@ -52,7 +56,12 @@ from easylemur.data.records import BadRecord, DataError
 
 DEFAULT_N = 13
 MIN_WORDS = 3  # words of two or more characters, one a letter, a gram of n words must hold
-NORMALIZATION = f"easylemur-decontam-v1: lowercase, # comments dropped, \\w+ words, grams with {MIN_WORDS} words of 2+ chars"
+CODE_N = 17  # words of an identifier-normalized code gram (its punctuation rides on the words)
+CODE_MIN_LITERALS = 4  # words with a letter a code gram keeps as they are (keywords, names after '.', ...)
+CODE_MIN_NAMED = 1  # of which words that are neither keywords nor builtins (an API's name, a string's word)
+NORMALIZATION = (f"easylemur-decontam-v2: lowercase, # comments dropped, \\w+ words, grams with {MIN_WORDS} words of "
+                 f"2+ chars; code grams of {CODE_N} words, punctuation attached, identifiers by distance to their "
+                 f"last use, {CODE_MIN_LITERALS} literal words, {CODE_MIN_NAMED} named")
 
 _COMMENT = re.compile(r"(?<!\S)#[^\n]*")
 _TOKEN = re.compile(r"\w+")
@@ -79,6 +88,124 @@ def _token_id(t: str) -> int:
 
 def _token_ids(toks: list[str]) -> np.ndarray:
     return np.array([_token_id(t) for t in toks], dtype=np.uint64)
+
+
+# --- identifier-normalized code grams -------------------------------------------------------
+#
+# A copy whose parameters or variables were renamed shares no word gram with the original where
+# the names are dense (HumanEval/53's `return a + b`). Code grams normalize them away: each word
+# of the text is kept with the punctuation before it (whitespace dropped, quotes as one mark, a
+# trailing comma before a bracket dropped: spacing, requoting and Black's commas change
+# nothing), and an identifier (a word that is not a keyword or builtin, not an attribute after
+# `.`, not the name a `def` or `class` gives) becomes its distance to its previous use inside
+# the gram, or "new": Baker's parameterized matching, so a consistent renaming gives the same
+# gram while which name is used where still counts. Words inside strings (docstrings) stay
+# literal unless the code uses them as identifiers (a renamed parameter named in the
+# docstring is renamed there too). Benchmark items index the grams of their text and of it
+# without its triple-quoted strings (a copy without the docstring); a gram must hold
+# CODE_MIN_LITERALS literal words with a letter, CODE_MIN_NAMED of them not a keyword or
+# builtin, and an identifier: idioms of keywords and builtins alone (a triple loop over
+# `range(len(x))`) are no evidence of a copy.
+
+_KEPT_WORDS = frozenset(w.lower() for w in (*keyword.kwlist, *keyword.softkwlist, *dir(builtins)))
+_STRING = re.compile(r'(?:\b[rbuf]{1,2})?("""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\')')
+_CODE_WORD = re.compile(r"(\W*)(\w+)")
+_DOCSTRING = re.compile(r'(?:\b[rbuf]{1,2})?("""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\')')
+_QUOTE = "\x01"  # every string delimiter, after normalization
+_NUMBER, _KEPT, _NAME = 0, 1, 2  # kinds of words
+_ATTR, _BARE, _TOGGLE = 1, 2, 4  # prefix flags: ends with ".", no punctuation, an odd number of quotes
+_CODE_WORDS: dict[str, tuple[int, int]] = {}  # word -> (id, kind)
+_CODE_PREFIXES: dict[str, tuple[int, int]] = {}  # punctuation and whitespace before a word -> (id, flags)
+
+
+def _unquote(m: re.Match) -> str:
+    lit = m.group(1)
+    q = 3 if lit[:3] in ('"""', "'''") else 1
+    return f" {_QUOTE}{lit[q:-q]}{_QUOTE} "
+
+
+def _word_info(w: str) -> tuple[int, int]:
+    v = _CODE_WORDS.get(w)
+    if v is None:
+        v = (_token_id(w), _NUMBER if w[0].isdigit() else _KEPT if w in _KEPT_WORDS else _NAME)
+        if len(_CODE_WORDS) < _MAX_CACHED_TOKENS:
+            _CODE_WORDS[w] = v
+    return v
+
+
+def _prefix_info(p: str) -> tuple[int, int]:
+    v = _CODE_PREFIXES.get(p)
+    if v is None:
+        bare = re.sub(r"\s+", "", p)
+        flags = _ATTR * bare.endswith(".") | _TOGGLE * (bare.count(_QUOTE) % 2)
+        bare = re.sub(r",(?=[)\]}])", "", bare)
+        v = (_token_id("\0" + bare) if bare else 0, flags | _BARE * (not bare))
+        if len(_CODE_PREFIXES) < _MAX_CACHED_TOKENS:
+            _CODE_PREFIXES[p] = v
+    return v
+
+
+_DEF_IDS = (_word_info("def")[0], _word_info("class")[0])
+_DISTANCE_IDS = np.array([_token_id(f"\0identifier {d}") for d in range(256)], dtype=np.uint64)  # grams to 256 words
+
+
+class CodeWords:
+    """The words of a text for code grams: `ids` (word hashes), `prefix` (hash of the
+    punctuation before each word, 0 for none), `ident` (an identifier: normalized), `dist`
+    (its distance to its previous use, 0 for the first), `literal` (kept as it is, with a
+    letter), `named` (literal and neither a keyword nor a builtin)."""
+
+    def __init__(self, text: str):
+        text = _STRING.sub(_unquote, _COMMENT.sub("", text.lower()))
+        pairs = _CODE_WORD.findall(text)
+        n = len(pairs)
+        w = np.array([_word_info(x) for _, x in pairs], dtype=np.uint64).reshape(n, 2)
+        p = np.array([_prefix_info(x) for x, _ in pairs], dtype=np.uint64).reshape(n, 2)
+        self.ids, kind, self.prefix, flags = w[:, 0], w[:, 1], p[:, 0], p[:, 1]
+        in_string = (np.cumsum((flags & _TOGGLE) != 0) % 2).astype(bool)  # the opening quote is in the prefix
+        attr = ((flags & _ATTR) != 0) & ~in_string
+        code_name = (kind == _NAME) & ~in_string & ~attr
+        prev = np.concatenate([np.zeros(1, np.uint64), self.ids[:-1]])
+        defined = code_name & np.isin(prev, _DEF_IDS) & ((flags & _BARE) != 0)
+        names = np.setdiff1d(self.ids[code_name & ~defined], self.ids[defined])
+        self.ident = (kind == _NAME) & ~attr & np.isin(self.ids, names)
+        self.literal = ~self.ident & (kind != _NUMBER)
+        self.named = self.literal & (kind == _NAME)
+        pos = np.flatnonzero(self.ident)
+        order = np.lexsort((pos, self.ids[pos]))
+        sp, sid = pos[order], self.ids[pos][order]
+        again = np.flatnonzero(sid[1:] == sid[:-1]) + 1
+        self.dist = np.zeros(n, np.int64)
+        self.dist[sp[again]] = sp[again] - sp[again - 1]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def grams(self, k: int) -> np.ndarray:
+        """The hash of every window of `k` words (uint64; empty when there are fewer)."""
+        m = len(self) - k + 1
+        if m <= 0:
+            return np.zeros(0, np.uint64)
+        h = np.zeros(m, np.uint64)
+        for j in range(k):
+            d = self.dist[j : j + m]
+            sym = np.where(self.ident[j : j + m], _DISTANCE_IDS[np.where(d <= j, d, 0)], self.ids[j : j + m])
+            if j:  # the punctuation before the window's first word is not part of it
+                h *= _P
+                h += self.prefix[j : j + m]
+            h *= _P
+            h += sym
+        return h
+
+    def informative(self, k: int) -> np.ndarray:
+        """Which windows of `k` words hold CODE_MIN_LITERALS literal words, CODE_MIN_NAMED named
+        ones and an identifier (bool, one per window)."""
+        def count(a: np.ndarray) -> np.ndarray:
+            c = np.concatenate([[0], np.cumsum(a)])
+            return c[k:] - c[:-k]
+
+        return ((count(self.literal) >= CODE_MIN_LITERALS) & (count(self.named) >= CODE_MIN_NAMED)
+                & (count(self.ident) >= 1))
 
 
 def gram_hashes(ids: np.ndarray, k: int) -> np.ndarray:
@@ -211,17 +338,23 @@ class Benchmarks:
         self.ids: list[str] = []
         self._groups = [(label, len(items)) for label, items in groups]
         owners: dict[tuple[int, int], list[int]] = {}  # (gram length, hash) -> item indices
+        code_owners: dict[int, list[int]] = {}  # code gram -> item indices
         self.short_items = self.items_without_grams = 0
         for _, items in groups:
             for item_id, text in items:
                 idx = len(self.ids)
                 self.ids.append(item_id)
                 k, hashes = self._item_grams(tokens(text))
+                code = self._item_code_grams(text)
                 self.short_items += 0 < k < n
-                self.items_without_grams += not len(hashes)
+                self.items_without_grams += not len(hashes) and not len(code)
                 for h in np.unique(hashes).tolist():
                     owners.setdefault((k, h), []).append(idx)
+                for h in code.tolist():
+                    code_owners.setdefault(h, []).append(idx)
         self._owners = owners
+        self._code_owners = code_owners
+        self._code = np.array(sorted(code_owners), dtype=np.uint64)
         by_len: dict[int, list[int]] = {}
         for k, h in owners:
             by_len.setdefault(k, []).append(h)
@@ -237,6 +370,17 @@ class Benchmarks:
         rich = np.cumsum([0] + [len(t) >= 2 and any(c.isalpha() for c in t) for t in toks])
         return n, gram_hashes(ids, n)[rich[n:] - rich[:-n] >= min(MIN_WORDS, n)]
 
+    @staticmethod
+    def _item_code_grams(text: str) -> np.ndarray:
+        """An item's informative code grams, of its text and of its text without triple-quoted
+        strings (a copy that left the docstring out), unique."""
+        out = []
+        for t in {text, _DOCSTRING.sub(" ", text)}:
+            w = CodeWords(t)
+            g = w.grams(CODE_N)
+            out.append(g[w.informative(CODE_N)] if len(g) else g)
+        return np.unique(np.concatenate(out))
+
     @classmethod
     def load(cls, against: str, n: int = DEFAULT_N) -> "Benchmarks":
         """`against`: a comma list of `humaneval`, `mbpp:PATH` and `FILE.jsonl` (any JSONL: every
@@ -247,20 +391,19 @@ class Benchmarks:
 
     @property
     def grams(self) -> int:
-        return len(self._owners)
+        return len(self._owners) + len(self._code_owners)
 
     def matches(self, text: str) -> list[str]:
-        """The ids of the benchmark items sharing a gram with `text`, in load order; [] if clean."""
+        """The ids of the benchmark items sharing a word gram or a code gram with `text`, in load
+        order; [] if clean."""
         ids = _token_ids(tokens(text))
         hit: set[int] = set()
         for k, table in self._sorted.items():
-            h = gram_hashes(ids, k)
-            if not len(h) or not len(table):
-                continue
-            pos = np.minimum(np.searchsorted(table, h), len(table) - 1)
-            found = h[table[pos] == h]
-            for g in np.unique(found).tolist():
+            for g in _found(gram_hashes(ids, k), table):
                 hit.update(self._owners[(k, g)])
+        if len(self._code):
+            for g in _found(CodeWords(text).grams(CODE_N), self._code):
+                hit.update(self._code_owners[g])
         return [self.ids[i] for i in sorted(hit)]
 
     def describe(self) -> str:
@@ -270,7 +413,8 @@ class Benchmarks:
             notes.append(f"{_items(self.short_items)} shorter than {self.n} words matched whole")
         if self.items_without_grams:
             notes.append(f"{_items(self.items_without_grams)} with no informative gram (never match)")
-        return f"{items}: {self.n}-grams of normalized code" + "".join(f"; {x}" for x in notes)
+        return (f"{items}: {self.n}-grams of normalized code and {CODE_N}-word grams with identifiers normalized"
+                + "".join(f"; {x}" for x in notes))
 
     @property
     def fingerprint(self) -> str:
@@ -278,7 +422,17 @@ class Benchmarks:
         for k, table in sorted(self._sorted.items()):
             d.update(f"{k}:{len(table)}\n".encode())
             d.update(table.astype("<u8").tobytes())
+        d.update(f"code {CODE_N}:{len(self._code)}\n".encode())
+        d.update(self._code.astype("<u8").tobytes())
         return d.hexdigest()
+
+
+def _found(h: np.ndarray, table: np.ndarray) -> list[int]:
+    """The distinct hashes of `h` that `table` (sorted) holds."""
+    if not len(h) or not len(table):
+        return []
+    pos = np.minimum(np.searchsorted(table, h), len(table) - 1)
+    return np.unique(h[table[pos] == h]).tolist()
 
 
 # --- scanning a config's sources ------------------------------------------------------------

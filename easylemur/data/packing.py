@@ -31,13 +31,16 @@ class PackIterDataset(grain.IterDataset):
     when the next one does not fit."""
 
     def __init__(self, parent: grain.IterDataset, seq_len: int, split: bool, source_index: int,
-                 source_name: str, max_consecutive_bad: int):
+                 source_name: str, max_consecutive_bad: int, first_pass: int | None = None):
         super().__init__(parent)
         self.seq_len = seq_len
         self.split = split
         self.source_index = source_index
         self.source_name = source_name
         self.max_consecutive_bad = max_consecutive_bad
+        # records in one pass of a repeated source: a bad record met past them (a later epoch)
+        # was noted in the first pass already, so that each is counted and shown once
+        self.first_pass = first_pass
 
     def __iter__(self) -> PackIterator:
         return PackIterator(self._parent.__iter__(), self)
@@ -65,7 +68,9 @@ class PackIterator(grain.DatasetIterator):
             if elem is None:
                 continue
             if isinstance(elem, BadRecord):
-                notes.append((self.cfg.source_index, elem.kind, elem.where, elem.detail))
+                at = state.get("next_index") if isinstance(state, Mapping) else None
+                if self.cfg.first_pass is None or not isinstance(at, int) or at < self.cfg.first_pass:
+                    notes.append((self.cfg.source_index, elem.kind, elem.where, elem.detail))
                 bad_run += 1
                 if bad_run > self.cfg.max_consecutive_bad:
                     raise DataError(

@@ -134,7 +134,8 @@ def source_rows(
             grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=READ_BUFFER_PER_THREAD * read_threads)
         )
     rows = PackIterDataset(docs, seq_len, split=scfg["format"] == "text", source_index=index,
-                           source_name=name, max_consecutive_bad=share + 1)
+                           source_name=name, max_consecutive_bad=share + 1,
+                           first_pass=share if repeat and not isinstance(reader, StreamSpec) else None)
     return rows, reader
 
 

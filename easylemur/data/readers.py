@@ -30,7 +30,7 @@ import weakref
 import zlib
 from array import array
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -520,17 +520,32 @@ def _record(raw: bytes, where: str) -> tuple[str, Any]:
     return where, value
 
 
-def iter_jsonl_records(path: str) -> Iterator[tuple[str, Any]]:
+class _Progressed:
+    """A file's reads (`_pread`'s fd), telling `progress` where each one ended: the bytes of the
+    file read so far (compressed ones for .gz/.zst), the measure of a long file's progress."""
+
+    def __init__(self, path: str, fd: int | _Remote, progress: Callable[[int], None]):
+        self.path, self.fd, self.progress = path, fd, progress
+
+    def pread(self, n: int, offset: int) -> bytes:
+        b = _pread(self.path, self.fd, n, offset)
+        self.progress(offset + len(b))
+        return b
+
+
+def iter_jsonl_records(path: str, progress: Callable[[int], None] | None = None) -> Iterator[tuple[str, Any]]:
     """(where, value) of each non-empty line of ONE JSONL file (plain, .gz or .zst), in order:
     exactly what `JsonlSource([path])[i]` gives, in constant memory (the longest line aside): no
     temporary file, no index. A truncated or corrupt compressed file is a DataError naming it
     and the byte offset, raised when the stream reaches the damage. A URL is streamed the same
-    way (`_Remote`: a GET per REMOTE_BLOCK bytes)."""
+    way (`_Remote`: a GET per REMOTE_BLOCK bytes). `progress`, if given, is called with the
+    bytes of the file read so far after each read (about a MiB, or 64 KiB compressed)."""
     path = os.fspath(path)
     fd, size = _open_fd(path)
     try:
         lineno, pending = 0, []  # pending: the start of a line that goes on in the next part
-        for chunk in _chunks(path, fd, size, _compression(path)):
+        src = fd if progress is None else _Progressed(path, fd, progress)
+        for chunk in _chunks(path, src, size, _compression(path)):
             nl = chunk.find(b"\n")
             if nl < 0:
                 pending.append(chunk)

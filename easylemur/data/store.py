@@ -73,6 +73,23 @@ class Storage:
     def path(self, *parts: str) -> str:
         return join(self.root, *parts)
 
+    def check_root(self) -> None:
+        """A local root that is there but is no directory is a one-line DataError."""
+        if not self.fs and os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise DataError(f"{self.root}: is a file, not a directory: a token store is a directory (made if "
+                            "missing) or a bucket URL")
+
+    def make_root(self) -> None:
+        """Makes a local root directory (a bucket's prefix needs none); a path that cannot be one
+        is a one-line DataError naming it."""
+        self.check_root()
+        if self.fs:
+            return
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as e:
+            raise DataError(f"{self.root}: cannot make the token store's directory here: {e.strerror or e}") from None
+
     def exists(self, path: str) -> bool:
         return self.fs.exists(path) if self.fs else os.path.exists(path)
 
