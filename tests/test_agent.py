@@ -393,9 +393,14 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     (data / "gsm8k.jsonl").write_text(json.dumps({"question": "What is 6 times 7?", "answer": "#### 42"}) + "\n")
     out = tmp_path / "table"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    # the reference run is a base model (no chat template): its chat rows chat in ChatML's, given
+    from easylemur.data.chat import CHAT_TEMPLATE
+
+    (tmp_path / "chatml.jinja").write_text(CHAT_TEMPLATE)
     proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
                            "--suite", "lemur", "--limit", "2", "--data-dir", str(data), "--out", str(out),
-                           "--max-tokens", "8", "--workers", "2", "--slots", "4", "--concurrency", "4"],
+                           "--max-tokens", "8", "--workers", "2", "--slots", "4", "--concurrency", "4",
+                           "--chat-template", str(tmp_path / "chatml.jinja")],
                           capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((out / "table.json").read_text())["tasks"]

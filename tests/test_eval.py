@@ -124,7 +124,7 @@ def tiny_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny")
     tok = Tokenizer.load()
     make_hf_model(vocab_size=tok.vocab_size, num_key_value_heads=2, max_position_embeddings=2048).save_pretrained(path)
-    shutil.copy(tok.model_path, path / "tokenizer.model")
+    tok.save_hf(path)  # with ChatML's chat template, as to-hf writes a chat model: --prompt-format chatml renders in it
     return path
 
 

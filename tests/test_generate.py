@@ -1,6 +1,7 @@
 """The decode engine: batched greedy decoding equals transformers' generate on each prompt
 alone; sampling options; stops; one compile per shape bucket; a sharded model decodes the same
-tokens; the CLI streams and rejects bad flags."""
+tokens; the CLI streams and rejects bad flags; chat prompts are apply_chat_template's ids of the
+model's own template, and a base model has no chat."""
 
 import shutil
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 import easylemur
+from chat_models import STYLES, chat_model_dir, prompts
 from easylemur.generate.api import LoadedModel
 from easylemur.errors import run_cli
 from easylemur.generate.cli import main
@@ -146,3 +148,72 @@ def test_cli_streams_the_completion_and_rejects_zero_tokens(chat_dir, capsys):
     assert run_cli(main, ["--checkpoint", str(chat_dir), "--prompt", "x", "--max-new-tokens", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--max-new-tokens 0" in err
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_chat_prompt_ids_equal_apply_chat_template(style, tmp_path_factory):
+    """`LoadedModel.chat` (and so generate --chat, local chat evals) prompts a model with its
+    tokenizer's own template exactly as transformers does, on 40 random conversations."""
+    from transformers import AutoTokenizer
+
+    d = chat_model_dir(tmp_path_factory, style)
+    m, auto = easylemur.load(d), AutoTokenizer.from_pretrained(str(d))
+    assert m.chat_template == auto.chat_template
+    for conv in prompts(40, seed=3):
+        assert m.chat_prompt_ids(conv) == list(auto.apply_chat_template(conv, add_generation_prompt=True,
+                                                                        return_dict=False)), conv
+
+
+def test_cli_chat_answers_as_transformers_does(tmp_path_factory, capsys):
+    """generate --chat on a Llama-3-template model: the reply is transformers' greedy reply to
+    apply_chat_template's prompt (system message included), stopped at <|eot_id|>."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    d = chat_model_dir(tmp_path_factory, "llama3")
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write add(a, b) in Python."}]
+    ids = AutoTokenizer.from_pretrained(str(d)).apply_chat_template(conv, add_generation_prompt=True, return_dict=False)
+    hf = LlamaForCausalLM.from_pretrained(str(d)).eval()
+    tok = easylemur.tokenizer.load_tokenizer(d)
+    stop = tok.piece_to_id("<|eot_id|>")
+    ref = hf.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False, eos_token_id=stop, pad_token_id=stop)
+    reply = [t for t in ref[0, len(ids):].tolist() if t != stop]
+    assert len(reply) >= 3  # something to compare: the model does not stop at once
+    assert run_cli(main, ["--checkpoint", str(d), "--chat", "--system", "Be brief.", "--prompt", conv[1]["content"],
+                          "--max-new-tokens", "6"]) == 0
+    assert capsys.readouterr().out == tok.decode(reply) + "\n"
+
+
+def test_cli_chat_with_a_base_model_is_bad_input(chat_dir, tmp_path, capsys):
+    # chat_dir's tokenizer has no chat template: a base model, refused before anything is read or decoded
+    assert run_cli(main, ["--checkpoint", str(chat_dir), "--chat", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no chat template" in err and "--chat-template FILE" in err, err
+    assert run_cli(main, ["--checkpoint", str(chat_dir), "--chat", "--chat-template", str(tmp_path / "none.jinja")]) == 2
+    assert "--chat-template" in capsys.readouterr().err
+
+
+def test_chat_template_rule_is_the_exports(tmp_path_factory):
+    """A checkpoint chats in the template its to-hf export writes: chat_template_for equals
+    convert.cli.export_chat_template (no flags) for every meta chat_format (absent, null,
+    chatml, model, a from-hf kept template) on a sentencepiece ChatML tokenizer and on HF
+    tokenizers with and without their own template."""
+    from easylemur.checkpoint.model_meta import ModelCheckpoint
+    from easylemur.convert.cli import export_chat_template
+    from easylemur.generate.api import chat_template_for
+    from easylemur.tokenizer import load_tokenizer
+
+    qwen = load_tokenizer(chat_model_dir(tmp_path_factory, "qwen"))
+    bare = load_tokenizer(chat_model_dir(tmp_path_factory, "llama3"))
+    bare.config = {k: v for k, v in bare.config.items() if k != "chat_template"}  # an HF tokenizer without one
+    metas = [{}, {"chat_format": None}, {"chat_format": "chatml"}, {"chat_format": "model"},
+             {"chat_format": "model", "chat_template": "{{ messages[0]['content'] }}"}]
+    seen = set()
+    for tok in (Tokenizer.load(), qwen, bare, None):
+        for meta in metas:
+            saved = ModelCheckpoint(tmp_path_factory.getbasetemp(), 0, meta)
+            got, want = chat_template_for(saved, tok), export_chat_template(saved, tok)
+            assert got[0] == want[0], (tok and tok.model_path, meta, got, want)
+            seen.add(got[0])
+            if set(meta) == {"chat_format"}:  # a training run's weights: the format its checkpoints record
+                assert chat_template_for(None, tok, meta["chat_format"])[0] == got[0]
+    assert len(seen) >= 4  # None, ChatML's (with and without BOS), Qwen's, the kept one

@@ -3,7 +3,9 @@ HF directory of the same tiny random model (the shipped ChatML tokenizer, no dow
 per-item loglikelihoods of a multiple-choice task (one row longer than the context, cut on the
 left as HFLM cuts it), rolling loglikelihoods with exactly one BOS (the training loss of the
 document; hf with add_bos_token=True puts two), greedy generations with stop strings, the
-ChatML chat template, few compiled programs per task, model_args and the CLI hand-over."""
+chat template (ChatML's; Qwen2.5's and Llama-3's own on models that carry them: the prompts are
+apply_chat_template's ids and the --apply_chat_template loglikelihoods `hf`'s), few compiled
+programs per task, model_args and the CLI hand-over."""
 
 import copy
 import json
@@ -24,6 +26,7 @@ from easylemur.errors import InputError  # noqa: E402
 from easylemur.eval.harness import EasylemurLM  # noqa: E402
 from easylemur.ops.loss import token_loss_sum  # noqa: E402
 from easylemur.tokenizer.spm import Tokenizer  # noqa: E402
+from chat_models import STYLES, chat_model_dir, prompts  # noqa: E402
 from hf_models import make_hf_model  # noqa: E402
 
 TASKS = ["el_mc", "el_ppl", "el_gen"]
@@ -93,8 +96,13 @@ def hflm(hf_dir):
 
 
 @pytest.fixture(scope="module")
-def results(ours, hflm, task_dir):
-    tm = TaskManager(include_path=str(task_dir))
+def task_manager(task_dir):
+    return TaskManager(include_path=str(task_dir))  # ~10 s: it indexes every lm-eval task, so once per module
+
+
+@pytest.fixture(scope="module")
+def results(ours, hflm, task_manager):
+    tm = task_manager
     out = {}
     for name, lm in (("ours", ours), ("hf", hflm)):
         r = lm_eval.simple_evaluate(model=lm, tasks=TASKS, task_manager=tm, log_samples=True)
@@ -175,11 +183,12 @@ def test_chat_template_is_easylemurs_chatml(ours, hflm):
     prefilled = chat + [{"role": "assistant", "content": "The answer is"}]
     assert ours.tok_encode(ours.apply_chat_template(prefilled, add_generation_prompt=False)) == hflm.tok_encode(
         hflm.apply_chat_template(prefilled, add_generation_prompt=False))
-    assert "<|im_start|>" in ours.chat_template(True)
+    assert ours.chat_template(True) == hflm.chat_template(True)
+    # a base model (no chat template) cannot be evaluated with --apply_chat_template
     plain = copy.copy(ours)
-    plain.tok = copy.copy(ours.tok)
-    plain.tok.im_start_id = None
-    with pytest.raises(InputError, match="im_start"):
+    plain.model = copy.copy(ours.model)
+    plain.model.use_chat_template(None, "a base model")
+    with pytest.raises(InputError, match="no chat template"):
         plain.apply_chat_template(chat)
 
 
@@ -204,10 +213,53 @@ def test_model_args_mesh_and_errors(hf_dir, ours, monkeypatch):
         ours.generate_until([Instance("generate_until", {}, ("hi", {"until": ["\n"], "repetition_penalty": 1.1}), 0)])
 
 
-def test_cli_hands_over_to_lm_eval(hf_dir, task_dir, capsys):
+@pytest.fixture(scope="module", params=STYLES)
+def styled(request, tmp_path_factory):
+    """(ours, hf) over a model whose tokenizer carries its own chat template (chat_models.py)."""
+    from lm_eval.models.huggingface import HFLM
+
+    d = chat_model_dir(tmp_path_factory, request.param)
+    ours = EasylemurLM(path=str(d), batch_size=4, max_length=128)
+    return request.param, d, ours, HFLM(pretrained=str(d), dtype="float32", device="cpu", batch_size=4, max_length=128)
+
+
+MAX_DLL = {}  # the largest |ours - hf| loglikelihood with --apply_chat_template, per style (the report's figure)
+
+
+def test_apply_chat_template_is_the_models_own(styled, task_manager):
+    """With the model's own template (Qwen2.5's default system prompt, Llama-3's headers and the
+    BOS its template writes): lm-eval's rendered prompts tokenize to apply_chat_template's ids,
+    a prefilled assistant turn stays open as HFLM leaves it, and a multiple-choice task run with
+    --apply_chat_template scores every choice as lm-eval's `hf` backend does."""
+    from transformers import AutoTokenizer
+
+    style, d, ours, hflm = styled
+    auto = AutoTokenizer.from_pretrained(str(d))
+    assert ours.chat_template(True) == hflm.chat_template(True) == auto.chat_template
+    for conv in prompts(30, seed=4):
+        want = list(auto.apply_chat_template(conv, add_generation_prompt=True, return_dict=False))
+        assert ours.tok_encode(ours.apply_chat_template(conv)) == want == hflm.tok_encode(hflm.apply_chat_template(conv))
+        open_turn = conv + [{"role": "assistant", "content": "The answer is"}]
+        assert ours.apply_chat_template(open_turn, False) == hflm.apply_chat_template(open_turn, False)
+    tm = task_manager
+    got = {}
+    for name, lm in (("ours", ours), ("hf", hflm)):
+        r = lm_eval.simple_evaluate(model=lm, tasks=["el_mc"], task_manager=tm, log_samples=True,
+                                    apply_chat_template=True)
+        samples = sorted(r["samples"]["el_mc"], key=lambda s: s["doc_id"])
+        got[name] = [ll for s in samples for [(ll, _)] in s["resps"]]
+        assert all(s["arguments"] for s in samples)
+    assert len(got["ours"]) == sum(len(doc["choices"]) for doc in MC)
+    MAX_DLL[style] = max(abs(a - b) for a, b in zip(got["ours"], got["hf"]))
+    assert MAX_DLL[style] <= 1e-4, (MAX_DLL, got)
+
+
+def test_cli_hands_over_to_lm_eval(hf_dir, task_dir, capsys, tmp_path_factory):
     from easylemur.eval.cli import main
 
-    assert main(["lm-eval", "--model", "easylemur", "--model_args", f"path={hf_dir}", "--tasks", "el_mc",
-                 "--include_path", str(task_dir), "--limit", "2", "--batch_size", "2"]) == 0
+    # --apply_chat_template on a Llama-3-template model (once exit 2: "no ChatML tokens")
+    llama3 = chat_model_dir(tmp_path_factory, "llama3")
+    assert main(["lm-eval", "--model", "easylemur", "--model_args", f"path={llama3},max_length=128", "--tasks", "el_mc",
+                 "--include_path", str(task_dir), "--limit", "2", "--batch_size", "2", "--apply_chat_template"]) == 0
     out = capsys.readouterr().out
     assert "el_mc" in out and "acc" in out

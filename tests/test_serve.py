@@ -3,7 +3,11 @@ client: completions and chat equal `LoadedModel` greedy output, streaming equals
 stop strings, echo logprobs equal log_softmax of the model's logits, 400s name the field, a
 full queue answers 503, and a load test (many concurrent clients, some leaving mid-stream) where
 every greedy answer equals the prompt served alone and the server stays healthy. Also the slot
-engine alone: requests joining a busy batch decode as they do alone."""
+engine alone: requests joining a busy batch decode as they do alone. And vLLM's semantics: chat
+prompts are transformers' apply_chat_template ids of the model's own template (ChatML's,
+Qwen2.5's, Llama-3's), a base model's chat is a 400 unless --chat-template, an unknown model a
+404, a lone surrogate or a prompt over the context a 400 naming the field, default max_tokens,
+no traceback for a dropped /health."""
 
 import json
 import random
@@ -17,8 +21,12 @@ import jax
 import numpy as np
 import openai
 import pytest
+from transformers import AutoTokenizer
 
 import easylemur
+from chat_models import STYLES, chat_model_dir, prompts
+from easylemur.data.chat import CHAT_TEMPLATE
+from easylemur.errors import InputError
 from easylemur.generate.slots import SlotEngine
 from easylemur.serve.cli import main as serve_main
 from easylemur.serve.server import Server
@@ -28,13 +36,27 @@ from hf_models import make_hf_model
 CALL_TIMEOUT = 60  # every client call has one: a hang fails the test instead of the suite
 
 
+DEFAULT_MAX_TOKENS = 8  # the fixture server's --default-max-tokens (chat requests without max_tokens)
+
+
 @pytest.fixture(scope="module")
 def chat_dir(tmp_path_factory):
-    """An HF dir with the shipped ChatML tokenizer and a random model of its vocabulary (context 256)."""
+    """An HF dir with the shipped ChatML tokenizer as to-hf writes it for a chat model (ChatML's
+    template in tokenizer_config.json) and a random model of its vocabulary (context 256)."""
     path = tmp_path_factory.mktemp("serve")
     tok = Tokenizer.load()
     make_hf_model(vocab_size=tok.vocab_size, num_key_value_heads=2).save_pretrained(path)
-    shutil.copy(tok.model_path, path / "tokenizer.model")
+    tok.save_hf(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def base_dir(chat_dir, tmp_path_factory):
+    """The same model as a base model: the tokenizer without a chat template."""
+    path = tmp_path_factory.mktemp("serve_base")
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(chat_dir / f, path / f)
+    shutil.copy(Tokenizer.load().model_path, path / "tokenizer.model")
     return path
 
 
@@ -45,8 +67,18 @@ def model(chat_dir):
 
 @pytest.fixture(scope="module")
 def server(model):
-    srv = Server(model, port=0, slots=4, max_queue=64)
+    srv = Server(model, port=0, slots=4, max_queue=64, name="m", default_max_tokens=DEFAULT_MAX_TOKENS)
     srv.warmup()
+    srv.start()
+    yield srv
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def base_server(base_dir):
+    """A base model's server (served under its folder name), never warmed: what it is asked
+    here is answered before any decoding."""
+    srv = Server(easylemur.load(base_dir), port=0, slots=1)
     srv.start()
     yield srv
     srv.shutdown()
@@ -126,8 +158,11 @@ def test_completions_and_chat_equal_loaded_model(server, model):
     r = c.chat.completions.create(model="m", messages=conv, max_tokens=10, temperature=0)
     assert r.choices[0].message.content == model.chat(conv, max_new_tokens=10)
     assert r.choices[0].message.role == "assistant"
-    assert [m.id for m in c.models.list().data] == [server.service.name]
+    assert [m.id for m in c.models.list().data] == [server.service.name] == ["m"]
     assert _get(server, "/health")["status"] == "ok"
+    # the prompt is apply_chat_template's (to-hf's ChatML template, BOS written by it)
+    auto = AutoTokenizer.from_pretrained(str(server.model.path))
+    assert r.usage.prompt_tokens == len(auto.apply_chat_template(conv, add_generation_prompt=True, return_dict=False))
 
 
 def test_stream_equals_non_stream(server):
@@ -186,6 +221,10 @@ def test_echo_logprobs_equal_log_softmax_of_logits(server, model):
     ({"prompt": "x", "max_tokens": -1}, "max_tokens"),
     ({"prompt": "x", "max_tokens": 10_000}, "max_tokens"),
     ({"prompt": "x " * 200, "max_tokens": 100}, "max_tokens"),  # prompt + max_tokens over the 256-token context
+    ({"prompt": "x " * 300, "max_tokens": 1}, "prompt"),  # the prompt alone is over it
+    ({"prompt": "x " * 300}, "prompt"),
+    ({"prompt": "ok \ud800"}, "prompt"),  # a lone surrogate: not text (sentencepiece would fail on it)
+    ({"prompt": ["fine", "\udcff"]}, "prompt"),
     ({"prompt": "x", "max_tokens": "5"}, "max_tokens"),
     ({"prompt": "x", "temperature": -0.5}, "temperature"),
     ({"prompt": "x", "top_p": 1.5}, "top_p"),
@@ -326,7 +365,104 @@ def test_lm_eval_local_completions_scores_loglikelihoods(server, model, chat_dir
         assert logprob == pytest.approx(sum(ref[len(ctx) - 1 + i, t] for i, t in enumerate(cont)), abs=1e-4)
 
 
+@pytest.mark.parametrize("style", STYLES)
+def test_chat_prompts_are_apply_chat_templates_ids(style, tmp_path_factory):
+    """A model chat-tuned in its tokenizer's own template (Qwen2.5's, which adds a default system
+    prompt; Llama-3's, whose template writes BOS) is prompted as transformers prompts it: the
+    server's chat ids are apply_chat_template(add_generation_prompt=True)'s, and its 400 for a
+    conversation over the context counts those ids."""
+    d = chat_model_dir(tmp_path_factory, style)
+    auto = AutoTokenizer.from_pretrained(str(d))
+    srv = Server(easylemur.load(d), port=0, slots=1)
+    srv.start()
+    try:
+        convs = prompts(40, seed=2)
+        want = [list(auto.apply_chat_template(c, add_generation_prompt=True, return_dict=False)) for c in convs]
+        assert [srv.service.chat_ids(c) for c in convs] == want
+        long = next(c for c, w in zip(convs, want) if len(w) > srv.engine.max_len)
+        status, out = _post(srv, "/v1/chat/completions", {"model": srv.service.name, "messages": long, "max_tokens": 1})
+        assert status == 400 and out["error"]["param"] == "messages", out
+        assert f"the prompt has {len(want[convs.index(long)])} tokens" in out["error"]["message"]
+    finally:
+        srv.shutdown()
+
+
+def test_base_model_chat_is_a_400_unless_given_a_template(base_server, base_dir, chat_dir, tmp_path):
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write add."}]
+    status, out = _post(base_server, "/v1/chat/completions", {"messages": conv})
+    assert status == 400 and out["error"]["type"] == "invalid_request_error", out
+    assert "no chat template" in out["error"]["message"] and "--chat-template" in out["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="no chat template"):
+        _client(base_server).chat.completions.create(model=base_server.service.name, messages=conv, max_tokens=2)
+    # --chat-template FILE: that template's prompts (here ChatML's: the chat model's, as AutoTokenizer renders them)
+    with pytest.raises(InputError, match="missing.jinja: does not exist"):
+        serve_main(["--checkpoint", str(base_dir), "--chat-template", str(tmp_path / "missing.jinja")])
+    srv = Server(base_server.model, port=0, slots=1, chat_template=CHAT_TEMPLATE)
+    try:
+        want = AutoTokenizer.from_pretrained(str(chat_dir)).apply_chat_template(conv, add_generation_prompt=True,
+                                                                                 return_dict=False)
+        assert srv.service.chat_ids(conv) == list(want)
+    finally:
+        srv.scheduler.close()
+        srv.engine.close()
+        srv.httpd.server_close()
+
+
+def test_unknown_model_is_vllms_404(server, base_server, base_dir):
+    with pytest.raises(openai.NotFoundError, match="The model `gpt-4` does not exist"):
+        _client(server).completions.create(model="gpt-4", prompt="x", max_tokens=1)
+    status, out = _post(server, "/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert (status, out) == (404, {"error": {"message": "The model `nope` does not exist.", "type": "NotFoundError",
+                                             "param": "model", "code": 404}})
+    # served under its folder name, the checkpoint path as given is answered too (vLLM's default name)
+    for name in (base_dir.name, str(base_dir)):
+        status, out = _post(base_server, "/v1/chat/completions", {"model": name, "messages": [{"role": "user",
+                                                                                                "content": "x"}]})
+        assert status == 400 and "no chat template" in out["error"]["message"]
+
+
+def test_chat_fields_that_are_not_text_or_too_long_are_400s_naming_them(server):
+    for content, where in (("a\ud800b", "'messages[0].content'"), ("x " * 300, "'messages'")):
+        status, out = _post(server, "/v1/chat/completions", {"model": "m", "messages": [{"role": "user",
+                                                                                         "content": content}]})
+        assert status == 400 and out["error"]["param"] == "messages" and where in out["error"]["message"], out
+    status, out = _post(server, "/v1/chat/completions", {"messages": [{"role": "\udcff", "content": "x"}]})
+    assert status == 400 and "'messages[0].role'" in out["error"]["message"] and "0xff" in out["error"]["message"]
+
+
+def test_default_max_tokens(server, model):
+    """Without max_tokens a completion gets 16 tokens (OpenAI's default), a chat reply
+    --default-max-tokens (the fixture's 8), each ending sooner only at a stop id."""
+    c = _client(server)
+    r = c.completions.create(model="m", prompt=[1, 5, 17], temperature=0)
+    assert r.choices[0].text == model.tokenizer.decode(model.generate([[1, 5, 17]], max_new_tokens=16)[0])
+    conv = [{"role": "user", "content": "hi"}]
+    r = c.chat.completions.create(model="m", messages=conv, temperature=0)
+    assert r.choices[0].message.content == model.chat(conv, max_new_tokens=DEFAULT_MAX_TOKENS)
+    assert r.usage.completion_tokens <= DEFAULT_MAX_TOKENS
+
+
+def test_dropped_health_probe_prints_no_traceback(server, capfd):
+    """A load balancer's probe that hangs up (a reset) before reading the answer: the server
+    stays quiet and healthy (socketserver would print a BrokenPipe/ConnectionReset traceback)."""
+    import socket
+    import struct
+
+    for _ in range(20):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=CALL_TIMEOUT)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+        sock.close()
+    time.sleep(0.5)
+    assert _get(server, "/health")["status"] == "ok"
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err, err
+
+
 def test_help_works(capsys):
     with pytest.raises(SystemExit) as e:
         serve_main(["--help"])
-    assert e.value.code == 0 and "--checkpoint" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help at any space
+    assert e.value.code == 0 and "--checkpoint" in out and "--chat-template FILE" in out
+    # the default max_tokens is stated
+    assert "chat request that sets none (default 1024; /v1/completions: 16" in out

@@ -1,4 +1,5 @@
-"""THE ChatML renderer (training, generation and HF export all use this module).
+"""THE ChatML renderer (training, the HF export's template, and the chat prompts of a ChatML
+model with a sentencepiece tokenizer, through data.chat_template.ChatRenderer, use this module).
 
 Each message renders as `<|im_start|>{role}\\n{content}<|im_end|>\\n`; the conversation starts
 with BOS. The loss covers each assistant message's content, its `<|im_end|>` and the `\\n` after

@@ -272,3 +272,117 @@ class ChatTemplate:
         else:
             ids, mask = upto(best)
         return (ids, mask) if any(mask) else None
+
+
+# ---------------------------------------------------------------------------- chat prompts
+
+def chatml_template(tokenizer: Any) -> str | None:
+    """ChatML's template for a tokenizer with the markers (its BOS written only when it has one,
+    as render_prompt starts), None without them: the text to-hf writes for a chatml model."""
+    from easylemur.data.chat import CHAT_TEMPLATE
+
+    if tokenizer is None or not tokenizer.has_chatml:
+        return None
+    return CHAT_TEMPLATE if tokenizer.bos_id is not None else CHAT_TEMPLATE.replace("{{ bos_token }}", "")
+
+
+class ChatRenderer:
+    """A model's chat prompts, as transformers' `apply_chat_template(messages,
+    add_generation_prompt=True)` makes them from the same template (`text`, `prompt_ids`): the
+    server, `generate --chat`, lm-eval's --apply_chat_template and the task evals all render
+    through one (`LoadedModel.chat_renderer`; which template: `generate.api.chat_template_for`).
+
+    The text is the template's, rendered as `ChatTemplate.render` renders it (transformers'
+    sandboxed environment, the tokenizer's special tokens as variables). The ids: an HF
+    tokenizer encodes the whole text (add_special_tokens=False, nothing added: a template that
+    writes `bos_token` gets its BOS from the text, one that does not gets none, exactly as
+    transformers); a sentencepiece tokenizer renders ChatML's template only, through the
+    token-level renderer (data.chat.render_prompt: the ids its exported tokenizer.json gives the
+    text, tests/test_chat.py), because sentencepiece reads a literal `<s>` as text where HF
+    reads BOS. Raises InputError for a template it cannot render (naming `where`)."""
+
+    def __init__(self, tokenizer: Any, template: str, where: str = "the model"):
+        from easylemur.errors import InputError
+
+        if tokenizer is None:
+            raise InputError(f"{where}: no tokenizer, so no chat prompts")
+        self.tok, self.template, self.where = tokenizer, template, where
+        self.hf = getattr(tokenizer, "kind", None) == "hf"
+        if not self.hf and template != chatml_template(tokenizer):
+            raise InputError(f"{where}: a chat template other than ChatML's needs an HF tokenizer (tokenizer.json); "
+                             f"tokenizer {tokenizer.model_path} is a sentencepiece model")
+        if self.hf:
+            self.variables = {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(tokenizer.config.get(k))) is not None}
+        else:
+            unk = tokenizer.sp.unk_id()
+            self.variables = {k: tokenizer.id_to_piece(i) for k, i in (("bos_token", tokenizer.bos_id),
+                              ("eos_token", tokenizer.eos_id), ("unk_token", unk)) if i is not None and i >= 0}
+        import jinja2
+
+        try:
+            self._compiled = _environment().from_string(template)
+        except jinja2.TemplateError as e:
+            raise InputError(f"{where}: the chat template does not compile: {e}".replace("\n", " ")) from None
+
+    def text(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+             continue_final_message: bool = False) -> str:
+        """The rendered conversation, as transformers' apply_chat_template(tokenize=False).
+        `continue_final_message`: the last message is left open (the text ends with its content),
+        by transformers' own rule: its content is tagged, rendered, and cut at the tag.
+        Raises TemplateRejected when the template refuses the conversation."""
+        msgs = [dict(m) for m in messages]
+        tag = "CONTINUE_FINAL_MESSAGE_TAG "
+        if continue_final_message:
+            if not msgs:
+                raise TemplateRejected("continue_final_message: the conversation is empty")
+            final = msgs[-1]["content"]
+            msgs[-1]["content"] = final + tag
+        variables = {**self.variables, "messages": msgs, "tools": None, "documents": None,
+                     "add_generation_prompt": add_generation_prompt}
+        try:
+            text = "".join(self._compiled.generate(**variables))
+        except Exception as e:  # the template's raise_exception, an undefined value, a type error in it
+            raise TemplateRejected(f"the chat template rejects it: {type(e).__name__}: {e}".replace("\n", " ")) from None
+        if continue_final_message:
+            if final.strip() not in text or tag.strip() not in text:
+                raise TemplateRejected("the chat template drops part of the final message, which cannot be continued")
+            at = text.rindex(tag.strip())
+            text = text[:at] if text[at:at + len(tag)] == tag else text[:at].rstrip()
+        return text
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, str]], assistant_prefix: str = "") -> list[int]:
+        """The ids of the conversation and the generation prompt (the assistant's turn opened),
+        then `assistant_prefix`, text the reply starts with. Raises TemplateRejected."""
+        if not self.hf:
+            from easylemur.data.chat import render_prompt
+
+            prefix = self.tok.encode(assistant_prefix, continuation=True) if assistant_prefix else []
+            return render_prompt(messages, self.tok) + prefix
+        return list(self.tok.encode(self.text(messages) + assistant_prefix))
+
+
+def read_template_file(path: str, flag: str = "--chat-template") -> str:
+    """A chat template given on the command line: a Jinja file (as vLLM's --chat-template), or a
+    tokenizer_config.json whose `chat_template` it is. InputError naming the file otherwise."""
+    from easylemur.errors import InputError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{flag} {path}: {'is a directory' if p.is_dir() else 'does not exist'}; give a Jinja file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{flag} {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at byte {e.start})") from None
+    if p.suffix == ".json":
+        try:
+            t = json.loads(text).get("chat_template")
+        except (json.JSONDecodeError, AttributeError):
+            t = None
+        if isinstance(t, list):
+            t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+        if not (isinstance(t, str) and t):
+            raise InputError(f"{flag} {path}: a JSON file without a chat_template string")
+        return t
+    if not text.strip():
+        raise InputError(f"{flag} {path}: the file is empty")
+    return text

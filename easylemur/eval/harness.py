@@ -20,6 +20,9 @@ What it computes:
 - Rows are right-padded to a few bucket lengths (powers of two, at least `MIN_BUCKET`, at most
   `max_length`) in batches of exactly `batch_size` rows, so a task compiles one scoring program
   per bucket; log-softmax, the gather and the greedy check run on device (no [B, T, V] transfer).
+- `--apply_chat_template`: the model's own chat template (ChatML's or its tokenizer's, as its
+  HF export carries it: `LoadedModel.chat_renderer`), rendered as HFLM renders it
+  (`apply_chat_template`); a base model has none (an error naming it).
 - `generate_until`: the compiled decode engine (`LoadedModel.generate`), stopping on the model's
   declared stop ids, the text cut at the first `until` string (and the EOS piece), as HFLM does.
 """
@@ -191,25 +194,30 @@ class EasylemurLM(TemplateLM):
         return self.tok.model_path.replace("/", "__")
 
     def chat_template(self, chat_template: bool | str = False) -> Optional[str]:
-        """The one template easylemur renders (ChatML, `data.chat.CHAT_TEMPLATE`)."""
+        """The model's chat template (`LoadedModel.chat_renderer`: ChatML's or the tokenizer's
+        own, as its HF export carries it); an InputError for a base model, which has none."""
         if chat_template is False or chat_template is None:
             return None
-        from easylemur.data.chat import CHAT_TEMPLATE
-
-        self.tok.require_chatml()
-        return CHAT_TEMPLATE
+        return self.model.chat_renderer().template
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """The conversation as easylemur's ChatML renderer writes it (BOS excluded: tok_encode
-        adds it). Without a generation prompt the last assistant message stays open (HF's
-        `continue_final_message`), so lm-eval's continuation follows it."""
-        from easylemur.data.chat import render_text
+        """The conversation as HFLM renders it from the same template: transformers'
+        apply_chat_template(tokenize=False, add_generation_prompt, continue_final_message=not
+        add_generation_prompt), and, when the template refuses it, again without the system
+        messages. BOS is in the text when the template writes it; tok_encode then adds no second
+        one (HFLM's has_bos_prefix rule)."""
+        from easylemur.data.chat_template import TemplateRejected
 
-        self.tok.require_chatml()
-        if not add_generation_prompt and chat_history and chat_history[-1]["role"] == "assistant":
-            last = chat_history[-1]
-            return render_text(chat_history[:-1]) + f"<|im_start|>{last['role']}\n{last['content']}"
-        return render_text(chat_history, add_generation_prompt=add_generation_prompt)
+        renderer = self.model.chat_renderer()
+        try:
+            return renderer.text(chat_history, add_generation_prompt, continue_final_message=not add_generation_prompt)
+        except TemplateRejected:  # HFLM retries without the system role (templates that refuse one)
+            chat_history = [m for m in chat_history if m["role"] != "system"]
+            try:
+                return renderer.text(chat_history, add_generation_prompt,
+                                     continue_final_message=not add_generation_prompt)
+            except TemplateRejected as e:
+                raise InputError(f"--apply_chat_template: {e}") from None
 
     # ------------------------------------------------------------------ tokens
 

@@ -4,8 +4,9 @@ gathers the requests that are waiting and decodes them as one batch (`LoadedMode
 one compiled program per shape bucket, reused at every turn and every eval), so the episodes
 advance together while their sandbox work runs beside the decoding.
 
-Prompts are rendered as the server renders them (ChatML through the one renderer), and each
-reply stops at the model's stop ids (`<|im_end|>` for a ChatML model).
+Prompts are rendered as the server renders them (the model's chat template through
+`LoadedModel.chat_prompt_ids`), and each reply stops at the model's stop ids (`<|im_end|>` for a
+ChatML model, `<|eot_id|>` for Llama-3's template).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class LocalChat:
         tok = model.tokenizer
         if tok is None:
             raise InputError(f"{model.path}: no tokenizer; agent evals need one")
-        tok.require_chatml()
+        model.chat_renderer()  # a model without a chat template: an InputError now, not at the first turn
         self.model, self.tok = model, tok
         self.max_tokens, self.temperature, self.batch_size, self.seed = max_tokens, temperature, batch_size, seed
         self.max_prompt_tokens = max_prompt_tokens
@@ -40,9 +41,7 @@ class LocalChat:
         self.thread.start()
 
     def __call__(self, messages: Sequence[dict]) -> str:
-        from easylemur.data.chat import render_prompt
-
-        ids = render_prompt([{"role": m["role"], "content": m["content"]} for m in messages], self.tok)
+        ids = self.model.chat_prompt_ids([{"role": m["role"], "content": m["content"]} for m in messages])
         if self.max_prompt_tokens and len(ids) > self.max_prompt_tokens:
             # the conversation outgrew the context: the episode ends as a model that says nothing would
             return ""

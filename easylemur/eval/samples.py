@@ -9,15 +9,14 @@ from easylemur.errors import InputError
 from easylemur.eval.tasks import Task
 
 
-def prompt_ids(task: Task, problem: Any, tok: Any) -> list[int]:
-    """A problem's prompt as token ids: ChatML through the one renderer for chat prompts, else
+def prompt_ids(task: Task, problem: Any, model: Any) -> list[int]:
+    """A problem's prompt as token ids: a chat prompt in the model's chat template
+    (`LoadedModel.chat_prompt_ids`, the assistant's turn opened with the task's prefix), else
     BOS + the text, as every pre-training document starts (no BOS for a tokenizer without one)."""
-    from easylemur.data.chat import render_prompt
-
     prompt = task.prompt(problem)
+    tok = model.tokenizer
     if prompt.messages:
-        tok.require_chatml()
-        return render_prompt(list(prompt.messages), tok) + tok.encode(prompt.assistant_prefix, continuation=True)
+        return model.chat_prompt_ids(list(prompt.messages), prompt.assistant_prefix)
     return ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(prompt.text)
 
 
@@ -34,7 +33,7 @@ def generate_samples(task: Task, model: Any, n: int, *, batch_size: int, max_new
         raise InputError(f"{model.path}: no tokenizer, cannot encode the prompts")
     rows = []  # (problem, prompt ids)
     for p in task.problems:
-        ids = prompt_ids(task, p, tok)
+        ids = prompt_ids(task, p, model)
         rows += [(p, ids)] * n
     # similar lengths together: fewer padded positions per batch and fewer shape buckets
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][1]))

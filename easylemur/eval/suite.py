@@ -135,7 +135,14 @@ def open_model(args: Any) -> ModelAccess:
     import easylemur
     from easylemur.serve.server import Server
 
+    template = None
+    if args.chat_template:
+        from easylemur.data.chat_template import read_template_file
+
+        template = read_template_file(args.chat_template)
     loaded = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step)
+    if template is not None:  # the server's chat and the rows that render locally (prompt_format chatml) alike
+        loaded.use_chat_template(template, f"--chat-template {args.chat_template}")
     server = Server(loaded, port=0, slots=args.slots, max_len=args.max_len)
     server.warmup()
     server.start()
@@ -168,7 +175,7 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
         if prompt.messages:  # an open assistant turn: only a local tokenizer can render it
             if access.loaded is None:
                 raise Skip("prompt_format chatml needs --checkpoint (an endpoint cannot continue an open assistant turn)")
-            body: Any = prompt_ids(task, p, access.loaded.tokenizer)
+            body: Any = prompt_ids(task, p, access.loaded)
         else:
             body = prompt.text
         try:
@@ -290,6 +297,8 @@ def run_row(name: str, spec: dict, access: ModelAccess, sandbox: Optional[Sandbo
         else:
             if sandbox is None:
                 raise Skip("no sandbox here (bubblewrap missing; pass --unsafe-no-sandbox to run code unconfined)")
+            if spec["kind"] == "agent" and access.server is not None and access.server.service.renderer is None:
+                raise Skip(access.server.service.chat_error)  # a base model: its chat is a 400 (no chat template)
             task = _task_of(name, spec, args)
             task.problems = task.problems[: args.limit] if args.limit else task.problems
             if not task.problems:
@@ -441,6 +450,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-len", type=int, default=None, help="--checkpoint: the server's cache length per slot")
     parser.add_argument("--step", type=int, default=None, help="--checkpoint: its step (default: newest)")
     parser.add_argument("--dtype", default=None, help="--checkpoint: compute dtype (default float32)")
+    parser.add_argument("--chat-template", metavar="FILE", default=None,
+                        help="--checkpoint: chat in this Jinja template instead of the model's own (a base model has "
+                             "none, and its chat rows are skipped without one)")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     for flag in ("limit", "concurrency", "max_tokens", "slots", "memory_mb"):
@@ -448,6 +460,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if v is not None and v < 1:
             raise InputError(f"--{flag.replace('_', '-')} {v}: must be at least 1")
     args.data_map = _data_map(args.data)
+    if args.chat_template and not args.checkpoint:
+        raise InputError("--chat-template FILE: only with --checkpoint (an endpoint renders its own chat)")
 
     suite = load_suite(args.suite)
     names = [t.strip() for t in args.tasks.split(",") if t.strip()] or list(suite["tasks"])

@@ -87,10 +87,12 @@ def _task(name: str, e: ConfigDict) -> Any:
 
 class TaskEvals:
     """The run's task evals: `run(step, params)` on due steps, `poll()` every step, `close()`
-    at the end (waits for the checks still running, each up to its deadline)."""
+    at the end (waits for the checks still running, each up to its deadline). `chat_template`:
+    (template or None, why) as `generate.api.chat_template_for` gives it for these weights; None:
+    from the tokenizer alone."""
 
     def __init__(self, cfg: ConfigDict, model_cfg: Any, tokenizer: Any, mesh: Any, workdir: Any, writer: Any,
-                 stop_ids: Any = (), subdir: str = "evals"):
+                 stop_ids: Any = (), subdir: str = "evals", chat_template: Any = None):
         self.e = cfg.eval
         self.names = task_eval_names(self.e.tasks)
         self.writer = writer
@@ -107,9 +109,14 @@ class TaskEvals:
             raise ConfigError(f"eval.tasks has {', '.join(self.agent_tasks)}: multi-turn evals run in a single-process "
                               "run only (their episodes wait on the sandbox between turns); use python -m easylemur.eval "
                               "watch or suite on the checkpoints")
-        if self.agent_tasks and (tokenizer is None or not tokenizer.has_chatml):
-            raise ConfigError(f"eval.tasks has {', '.join(self.agent_tasks)}: multi-turn evals talk to a chat model, and "
-                              "this run's tokenizer has no ChatML tokens (chat-tune first, or drop them)")
+        # chat prompts render with the template the run's checkpoints chat with (generate.api.chat_template_for)
+        from easylemur.generate.api import AUTO, chat_template_for
+
+        self.chat = chat_template_for(None, tokenizer) if chat_template in (None, AUTO) else chat_template
+        chatty = list(self.agent_tasks) + (list(self.tasks) if self.e.prompt_format == "chatml" else [])
+        if chatty and self.chat[0] is None:
+            raise ConfigError(f"eval.tasks has {', '.join(chatty)}: chat prompts need a chat model, and this run's has no "
+                              f"chat template ({self.chat[1]}; chat-tune first, or drop them)")
         self.sandbox = Sandbox(timeout=self.e.program_timeout_s)
         if (self.tasks or self.agent_tasks) and self.lead:
             self.sandbox.check()
@@ -141,7 +148,7 @@ class TaskEvals:
             params = self._unscan(params)
         if self.model is None:
             self.model = LoadedModel(self.model_cfg, params, self.tokenizer, "the run's current weights", self.mesh,
-                                     self.stop_ids)
+                                     self.stop_ids, *self.chat)
         self.model.params = params
         self.model.decoder.params = params  # same shapes and shardings: the compiled programs are reused
         return self.model
@@ -323,4 +330,9 @@ def make_task_evals(cfg: ConfigDict, run: Any, mesh: Any, workdir: Any, writer: 
     """The run's TaskEvals, None when eval.tasks is empty."""
     if not task_eval_names(cfg.eval.tasks):
         return None
-    return TaskEvals(cfg, run.model_cfg, run.tokenizer, mesh, workdir, writer, run.stop_ids)
+    from easylemur.checkpoint.model_meta import run_chat_format
+    from easylemur.generate.api import chat_template_for
+
+    # the chat_format this run's checkpoints record, so the evals chat as the checkpoints will
+    chat = chat_template_for(None, run.tokenizer, run_chat_format(cfg.to_dict(), run.chat_format))
+    return TaskEvals(cfg, run.model_cfg, run.tokenizer, mesh, workdir, writer, run.stop_ids, chat_template=chat)

@@ -69,7 +69,8 @@ def watch(cfg, *, mesh: Optional[str] = None, dtype: Optional[str] = None, poll_
                 model = easylemur.load(str(workdir), step=step, dtype=dtype, mesh=mesh)
                 if evals is None:
                     evals = TaskEvals(cfg, model.config, model.tokenizer, model.mesh, workdir, writer,
-                                      model.declared_stop_ids, subdir="evals_watch")
+                                      model.declared_stop_ids, subdir="evals_watch",
+                                      chat_template=(model.chat_template, model.chat_template_why))
                 print(f"watch: step {step}", flush=True)
                 evals.run(step, model.params)
                 done.add(step)

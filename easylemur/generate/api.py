@@ -17,6 +17,53 @@ from easylemur.tokenizer.spm import check_text
 from easylemur.model.llama import Llama, LlamaConfig
 
 Messages = Sequence[Mapping[str, str]]
+# LoadedModel(chat_template=AUTO): decided by chat_template_for from the tokenizer alone (weights
+# built in a process, as a training run's task evals build them)
+AUTO = "<auto>"
+_UNKNOWN = object()  # chat_format not recorded (a checkpoint from before meta chat_format)
+
+
+def chat_template_for(source: Any, tokenizer: Any, chat_format: Any = _UNKNOWN) -> tuple[Optional[str], str]:
+    """THE rule for which chat template a model chats with, everywhere (the server, `generate
+    --chat`, `LoadedModel.chat`, lm-eval's --apply_chat_template, the task evals): the one its
+    HF files carry, so that easylemur, transformers and vLLM render the same prompt. Returns
+    (the template text or None, why, for messages).
+
+    - `source` an HF directory (a path): its tokenizer's own (tokenizer_config.json's
+      `chat_template`, the "default" of a list, else chat_template.jinja), as transformers and
+      vLLM read it; a directory without one is a base model (None);
+    - `source` a checkpoint (`model_meta.ModelCheckpoint`): the template its to-hf export
+      writes (convert.cli.export_chat_template without flags, which tests/test_generate.py holds
+      equal to this): meta chat_format "chatml" ChatML's, "model" the tokenizer's own (or the one
+      from-hf kept in meta chat_template), null none; a checkpoint from before the key: the
+      tokenizer's own when it is an HF tokenizer with one, else ChatML's when it has the markers;
+    - `source` None (weights in this process, a training run's): the same rule for
+      `chat_format` (what the run's checkpoints record; not given: as before the key)."""
+    from easylemur.checkpoint import model_meta
+    from easylemur.data.chat_template import chatml_template, template_of
+
+    if tokenizer is None:
+        return None, "the model has no tokenizer"
+    if isinstance(source, (str, Path)):
+        template = model_meta.hf_dir_chat_template(source)
+        if template is None:
+            return None, f"{source}: its tokenizer has no chat_template (a base model)"
+        return template, "the tokenizer's own (the HF directory's chat_template)"
+    meta = dict(source.meta) if source is not None else {} if chat_format is _UNKNOWN else {"chat_format": chat_format}
+    own = template_of(tokenizer) or meta.get("chat_template")  # from-hf keeps one the tokenizer cannot carry
+    chatml = chatml_template(tokenizer)
+    if "chat_format" not in meta:
+        if tokenizer.kind == "hf" and own:
+            return own, "the tokenizer's own (no meta chat_format, as before the key)"
+        return chatml, ("ChatML's (no meta chat_format, as before the key)" if chatml else
+                        "no meta chat_format and no ChatML tokens in the tokenizer")
+    fmt = meta["chat_format"]
+    if fmt == "chatml":
+        return chatml, "ChatML's (meta chat_format chatml)" if chatml else "meta chat_format chatml but no ChatML tokens"
+    if fmt == "model":
+        return own, ("the tokenizer's own (meta chat_format model)" if own else
+                     "meta chat_format model but the tokenizer carries no template")
+    return None, "not chat-tuned: meta chat_format null"
 
 
 @dataclasses.dataclass
@@ -28,8 +75,15 @@ class LoadedModel:
     mesh: Optional[Mesh] = None
     # stop ids the source declares: an HF dir's generation_config.json eos_token_id, a checkpoint's meta stop_ids
     declared_stop_ids: Sequence[int] = ()
+    # the chat template chat prompts are rendered with (chat_template_for; None: a base model,
+    # no chat) and why that one; AUTO: decided from the tokenizer alone
+    chat_template: Optional[str] = AUTO
+    chat_template_why: str = ""
 
     def __post_init__(self):
+        if self.chat_template == AUTO:
+            self.chat_template, self.chat_template_why = chat_template_for(None, self.tokenizer)
+        self._renderer = None
         if self.config.scan_layers:
             self.config = dataclasses.replace(self.config, scan_layers=False)
         self._forward = jax.jit(
@@ -75,6 +129,35 @@ class LoadedModel:
         return self.decoder.generate(prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
                                      top_k=top_k, top_p=top_p, seed=seed, stop_ids=stops, on_token=on_token)
 
+    def use_chat_template(self, template: Optional[str], why: str) -> None:
+        """Chat with `template` from now on (serve/generate --chat-template FILE)."""
+        self.chat_template, self.chat_template_why, self._renderer = template, why, None
+
+    def chat_renderer(self):
+        """The `ChatRenderer` of this model's chat template (data/chat_template.py); an
+        InputError saying why for a model without one (a base model: give a template)."""
+        from easylemur.data.chat_template import ChatRenderer
+
+        if self.chat_template is None:
+            raise InputError(f"{self.path}: no chat template ({self.chat_template_why}), so not a chat model; give it "
+                             "one (serve and generate take --chat-template FILE), or complete text instead")
+        if self._renderer is None or self._renderer.template != self.chat_template:
+            self._renderer = ChatRenderer(self._tok(), self.chat_template, f"{self.path}'s chat template")
+        return self._renderer
+
+    def chat_prompt_ids(self, messages: Messages, assistant_prefix: str = "") -> list[int]:
+        """A conversation's prompt ids with the generation prompt (then `assistant_prefix`), as
+        transformers' apply_chat_template(messages, add_generation_prompt=True) gives them from
+        this model's chat template. InputError for a model without one or a conversation its
+        template refuses."""
+        from easylemur.data.chat_template import TemplateRejected
+
+        renderer = self.chat_renderer()
+        try:
+            return renderer.prompt_ids(messages, assistant_prefix)
+        except TemplateRejected as e:
+            raise InputError(f"{self.path}: {e}") from None
+
     def _tok(self):
         if self.tokenizer is None:
             raise InputError(f"{self.path}: no tokenizer in this checkpoint; cannot encode a text prompt")
@@ -108,15 +191,13 @@ class LoadedModel:
 
     def chat(self, conversations: str | Messages | Sequence[Messages], *, max_new_tokens: int = 128,
              assistant_prefix: str = "", stop: Sequence[str] = (), stream: bool = False, **opts) -> str | list[str]:
-        """The assistant's reply to a conversation, rendered by the one ChatML renderer (BOS,
-        turns, `<|im_start|>assistant\\n`), as in training. A string is one user turn; a list of
+        """The assistant's reply to a conversation, rendered with the model's chat template
+        (`chat_prompt_ids`: ChatML's or the tokenizer's own, as its HF export renders it; none for
+        a base model: an InputError). A string is one user turn; a list of
         {"role", "content"} is one conversation (returns a string); a list of such lists is a
         batch (returns a list). `assistant_prefix` starts the reply (the turn is left open and
         the model continues it; the prefix is not repeated in the result)."""
-        from easylemur.data.chat import render_prompt
-
-        tok = self._tok()
-        tok.require_chatml()
+        self._tok()
         if isinstance(conversations, str):
             batch, single = [[{"role": "user", "content": conversations}]], True
         elif conversations and isinstance(conversations[0], Mapping):
@@ -128,8 +209,7 @@ class LoadedModel:
                 where = (f"conversation {i}, " if not single else "") + f"message {j}"
                 check_text(message.get("content", "") if isinstance(message, Mapping) else message, where)
         check_text(assistant_prefix, "assistant_prefix")
-        prefix = tok.encode(assistant_prefix, continuation=True) if assistant_prefix else []
-        ids = [render_prompt(c, tok) + prefix for c in batch]
+        ids = [self.chat_prompt_ids(c, assistant_prefix) for c in batch]
         out = self._decode_texts(ids, max_new_tokens, stop, stream, **opts)
         return out[0] if single else out
 
@@ -159,6 +239,7 @@ def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "floa
     if hf.is_hf_dir(path):
         source, cfg, tokenizer = path, hf.read_hf_config(path, **overrides), _maybe_tokenizer(path)
         declared = hf.declared_eos_ids(path)
+        chat = chat_template_for(path, tokenizer)
     else:
         source = model_meta.read_meta(path, step)
         cfg = dataclasses.replace(source.model_config, **overrides)
@@ -169,11 +250,12 @@ def load(path: str | Path, *, dtype: str | None = None, param_dtype: str = "floa
             from easylemur.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(tok_path)
+        chat = chat_template_for(source, tokenizer)
     # served unscanned: the decoder's cache is per layer; a scanned checkpoint is restored in
     # shards and unstacked on device
     cfg = dataclasses.replace(cfg, scan_layers=False)
     params = load_weights(source, cfg, mesh if mesh is not None else one_device_mesh())
-    return LoadedModel(cfg, params, tokenizer, str(path), mesh, declared)
+    return LoadedModel(cfg, params, tokenizer, str(path), mesh, declared, *chat)
 
 
 def _maybe_tokenizer(path: Path):

@@ -20,7 +20,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="easylemur workdir, checkpoint step dir, or HF dir")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
     parser.add_argument("--prompt", help="text to continue, or with --chat the user's message")
-    parser.add_argument("--chat", action="store_true", help="ChatML chat: one turn with --prompt, else interactive on stdin")
+    parser.add_argument("--chat", action="store_true",
+                        help="chat in the model's chat template (ChatML's or its tokenizer's own, as its HF export "
+                             "renders it): one turn with --prompt, else interactive on stdin")
+    parser.add_argument("--chat-template", metavar="FILE", default=None,
+                        help="with --chat: render with this Jinja chat template instead (a base model has none)")
     parser.add_argument("--system", default="", help="system message for --chat")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
@@ -36,6 +40,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # before the model loads: undecodable bytes in argv arrive as lone surrogates
     check_text(args.prompt or "", "--prompt")
     check_text(args.system, "--system")
+    if args.chat_template is not None and not args.chat:
+        raise InputError("--chat-template FILE: only with --chat")
+    template = None
+    if args.chat_template is not None:
+        from easylemur.data.chat_template import read_template_file
+
+        template = read_template_file(args.chat_template)
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
     Sampling(args.temperature, args.top_k, args.top_p).validate()
@@ -43,6 +54,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import easylemur
 
     model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
+    if template is not None:
+        model.use_chat_template(template, f"--chat-template {args.chat_template}")
+    if args.chat:
+        model.chat_renderer()  # a base model without --chat-template: say so before reading stdin
     opts = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                 top_p=args.top_p, seed=args.seed)
     system = [{"role": "system", "content": args.system}] if args.system else []

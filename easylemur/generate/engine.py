@@ -15,7 +15,7 @@ How it decodes (docs/design.md, "Decoding and evaluation"):
 - With a mesh, parameters sit in the training rule table's shardings and rows are split over
   the batch axes; the same program runs sharded.
 
-Chat prompts are rendered by the one ChatML renderer (easylemur.data.chat.render_prompt), and
+Chat prompts are rendered with the model's chat template (LoadedModel.chat_prompt_ids), and
 decoding stops at every id the model declares (convert.hf.stop_ids): EOS, <|im_end|> (Lemur-style
 chat models never train EOS), <|eot_id|> and generation_config.json's eos_token_id list.
 """

@@ -2,6 +2,11 @@
 /v1/models, /health), continuously batched over a fixed number of slots.
 
 Example: python -m easylemur.serve --checkpoint runs/tiny_chat --port 8000
+
+Chat renders with the model's chat template, as its HF export does (ChatML's or the tokenizer's
+own); a base model has none, and its /v1/chat/completions is a 400 unless --chat-template is
+given. A request without max_tokens gets 16 on /v1/completions (OpenAI's default) and
+--default-max-tokens on chat, at most what the context leaves after the prompt.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ import sys
 from typing import Optional, Sequence
 
 from easylemur.errors import InputError, add_debug_flag
+from easylemur.serve import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m easylemur.serve", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n")[1])
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="easylemur workdir, checkpoint step dir, or HF dir")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -24,7 +31,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot before 503s")
     parser.add_argument("--max-len", type=int, default=None,
                         help="KV cache length per slot: prompt + max_tokens limit (default: max_position_embeddings)")
-    parser.add_argument("--model-name", default=None, help="the id /v1/models reports (default: the checkpoint's name)")
+    parser.add_argument("--model-name", default=None,
+                        help="the id /v1/models reports; a request naming another model is a 404 (default: the "
+                             "checkpoint's folder name, and --checkpoint as given is answered too)")
+    parser.add_argument("--chat-template", metavar="FILE", default=None,
+                        help="a Jinja chat template (or a tokenizer_config.json holding one) that chat renders with "
+                             "instead of the model's own; a base model has none, and needs one to chat")
+    parser.add_argument("--default-max-tokens", type=int, default=CHAT_MAX_TOKENS,
+                        help=f"max_tokens of a chat request that sets none (default {CHAT_MAX_TOKENS}; "
+                             f"/v1/completions: {COMPLETION_MAX_TOKENS}, OpenAI's), at most the context left after "
+                             "the prompt")
     parser.add_argument("--dtype", default=None, help="compute dtype (default float32)")
     parser.add_argument("--mesh", default=None, help="shard the model, e.g. 'data:1,fsdp:1,tensor:-1' (default: one device)")
     add_debug_flag(parser)
@@ -33,15 +49,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import easylemur
     from easylemur.serve.server import Server
 
-    for flag, v in (("--slots", args.slots), ("--max-queue", args.max_queue)):
+    for flag, v in (("--slots", args.slots), ("--max-queue", args.max_queue),
+                    ("--default-max-tokens", args.default_max_tokens)):
         if v < 1:
             raise InputError(f"{flag}={v} must be >= 1")
+    template = None
+    if args.chat_template is not None:  # before the model loads: a bad file is a quick error
+        from easylemur.data.chat_template import read_template_file
+
+        template = read_template_file(args.chat_template)
     model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
     server = Server(model, host=args.host, port=args.port, slots=args.slots, max_queue=args.max_queue,
-                    max_len=args.max_len, name=args.model_name)
+                    max_len=args.max_len, name=args.model_name, chat_template=template,
+                    chat_template_why=f"--chat-template {args.chat_template}", default_max_tokens=args.default_max_tokens)
     server.warmup()
+    chat = server.service.chat_why if server.service.renderer is not None else "none, chat is a 400"
     print(f"serving {server.service.name} at http://{args.host}:{server.port}/v1 ({args.slots} slots, "
-          f"cache {server.engine.max_len} tokens each)", file=sys.stderr, flush=True)
+          f"cache {server.engine.max_len} tokens each; chat template: {chat})", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     finally:

@@ -6,6 +6,13 @@ active slot, hands each request its token, and frees the slots of requests that 
 stop id, a stop string, max_tokens, the cache row full) or whose client went away. HTTP
 handler threads (`ThreadingHTTPServer`) only validate, enqueue and relay events, so a slow
 client never stalls the batch.
+
+Requests are answered as vLLM answers them (docs/design.md "Serving"): chat prompts rendered
+with the model's own chat template (`LoadedModel.chat_renderer`, as transformers'
+apply_chat_template; a base model's chat is a 400 unless the server was given a template), an
+unknown `model` a 404, every malformed field a 400 naming it (text that is not UTF-8, a prompt
+over the context), `max_tokens` defaulting to 16 for completions and to `default_max_tokens`
+for chat, and a client that goes away costs no traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import json
 import queue
 import select
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -21,7 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional, Sequence
 
 
+from easylemur.errors import InputError
 from easylemur.generate.slots import TOP_LOGPROBS, SlotEngine
+from easylemur.serve import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS
+from easylemur.tokenizer.spm import check_text
 
 # How long a handler waits for the scheduler before it gives up on a request (seconds).
 REQUEST_TIMEOUT = 600.0
@@ -35,7 +46,8 @@ class RequestError(Exception):
         self.param, self.status, self.kind = param, status, kind
 
 
-def error_body(message: str, kind: str, param: Optional[str] = None, code: Optional[str] = None) -> dict:
+def error_body(message: str, kind: str, param: Optional[str] = None, code: Optional[int] = None) -> dict:
+    """vLLM's (and OpenAI's) error object; vLLM puts the HTTP status in `code`."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
@@ -235,28 +247,72 @@ def _field(body: dict, name: str, default: Any) -> Any:
     return v
 
 
-class Service:
-    """What the handlers call: request JSON -> jobs -> response JSON."""
+def _utf8(text: str, where: str, param: str) -> str:
+    """`text`, or a 400 naming `where` for text the tokenizer cannot take (a lone surrogate,
+    which JSON's \\ud800 escape makes and sentencepiece/tokenizers fail on with a cast error)."""
+    try:
+        return check_text(text, f"'{where}'")
+    except InputError as e:
+        raise RequestError(str(e), param) from None
 
-    def __init__(self, model, engine: SlotEngine, scheduler: Scheduler, name: str):
+
+class Service:
+    """What the handlers call: request JSON -> jobs -> response JSON. `names`: the `model`
+    values answered (another is a 404, none at all is this model); `chat_template`: the
+    template chat renders with instead of the model's own (serve --chat-template)."""
+
+    def __init__(self, model, engine: SlotEngine, scheduler: Scheduler, name: str, *, names: Sequence[str] = (),
+                 chat_template: Optional[str] = None, chat_template_why: str = "",
+                 default_max_tokens: int = CHAT_MAX_TOKENS):
         self.model, self.engine, self.scheduler, self.name = model, engine, scheduler, name
+        self.names = {name, *names}
         self.tok = model.tokenizer
         self.stop_ids = model.default_stop_ids()
+        self.default_max_tokens = default_max_tokens
+        # the chat renderer, built once: a template given here must render (an InputError at
+        # start); the model's own may not (a base model: None), which its chat requests are told
+        self.renderer, self.chat_error = None, None
+        if chat_template is not None:
+            from easylemur.data.chat_template import ChatRenderer
+
+            self.renderer = ChatRenderer(self.tok, chat_template, chat_template_why or "--chat-template")
+            self.chat_why = chat_template_why or "--chat-template"
+        else:
+            self.chat_why = model.chat_template_why
+            if model.chat_template is None:
+                self.chat_error = (f"this model has no chat template ({self.chat_why}): it is not a chat model; "
+                                   "/v1/completions continues text, or start the server with --chat-template FILE")
+            else:
+                try:
+                    self.renderer = model.chat_renderer()
+                except InputError as e:  # a template this tokenizer cannot render (said at every chat request)
+                    self.chat_error = f"{e} (start the server with --chat-template FILE)"
+
+    def check_model(self, body: dict) -> None:
+        """vLLM's 404 for a `model` this server does not serve (absent or empty: this one)."""
+        m = _field(body, "model", "")
+        if m and m not in self.names:
+            raise RequestError(f"The model `{m}` does not exist.", "model", 404, "NotFoundError")
 
     def _common(self, body: dict, n_prompt: int, chat: bool) -> dict:
-        _field(body, "model", "")
         _field(body, "user", "")
         limit = self.engine.max_len
+        prompt_field = "messages" if chat else "prompt"
         mt = _field(body, "max_tokens", None)
         if chat and mt is None:
             mt = _field(body, "max_completion_tokens", None)
-        if mt is None:
-            mt = 16 if not chat else max(1, limit - n_prompt)
-        if mt < 0 or mt > limit:
+        if mt is not None and not 0 <= mt <= limit:
             raise RequestError(f"'max_tokens'={mt} must be in [0, {limit}] (the context)", "max_tokens")
-        if n_prompt + mt > limit:
-            raise RequestError(f"'max_tokens'={mt}: the prompt ({n_prompt} tokens) plus max_tokens exceed the context "
-                               f"of {limit} tokens (max_position_embeddings / cache length)", "max_tokens")
+        room = limit - n_prompt
+        if room < 0 or (room == 0 and mt != 0):  # the prompt alone leaves no room for the reply
+            raise RequestError(f"'{prompt_field}': this model's maximum context length is {limit} tokens, and the "
+                               f"prompt has {n_prompt} tokens{' (rendered with the chat template)' if chat else ''}; "
+                               "shorten it", prompt_field)
+        if mt is None:
+            mt = min(self.default_max_tokens if chat else COMPLETION_MAX_TOKENS, room)
+        if mt > room:
+            raise RequestError(f"'max_tokens'={mt} is too large: this model's maximum context length is {limit} tokens "
+                               f"and the prompt has {n_prompt} ({mt} > {limit} - {n_prompt})", "max_tokens")
         temperature = float(_field(body, "temperature", 1.0))
         if not temperature >= 0:
             raise RequestError(f"'temperature'={temperature} must be >= 0", "temperature")
@@ -285,6 +341,7 @@ class Service:
             if isinstance(x, str):
                 if self.tok is None:
                     raise RequestError(f"'{where}': this model has no tokenizer; send token ids", "prompt")
+                _utf8(x, where, "prompt")
                 bos = [self.tok.bos_id] if self.tok.bos_id is not None else []
                 return bos + self.tok.encode(x), x
             if isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
@@ -301,6 +358,7 @@ class Service:
         return [a for a, _ in pairs], [b for _, b in pairs]
 
     def completion_jobs(self, body: dict) -> tuple[list[Job], list[Optional[str]], dict]:
+        self.check_model(body)
         prompts, texts = self._prompts(body)
         opts = self._common(body, max(len(p) for p in prompts), chat=False)
         lp = _field(body, "logprobs", None)
@@ -313,18 +371,28 @@ class Service:
         jobs = [Job(p, logprobs=lp, echo=echo, tokenizer=self.tok, stop_ids=self.stop_ids, **opts) for p in prompts]
         return jobs, texts, opts
 
-    def chat_job(self, body: dict) -> tuple[Job, dict]:
-        from easylemur.data.chat import render_prompt
+    def chat_ids(self, msgs: list) -> list[int]:
+        """The prompt ids of a `messages` list, as apply_chat_template(messages,
+        add_generation_prompt=True) gives them from the served chat template."""
+        from easylemur.data.chat_template import TemplateRejected
 
-        msgs = _field(body, "messages", None)
-        if not msgs:
+        if not isinstance(msgs, list) or not msgs:
             raise RequestError("'messages' is required: a non-empty list of {role, content}", "messages")
         for i, m in enumerate(msgs):
             if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
                 raise RequestError(f"'messages[{i}]' must be an object with string 'role' and 'content'", "messages")
-        if self.tok is None or not self.tok.has_chatml:
-            raise RequestError("this model's tokenizer has no ChatML tokens: use /v1/completions", "messages")
-        ids = render_prompt([{"role": m["role"], "content": m["content"]} for m in msgs], self.tok)
+            _utf8(m["role"], f"messages[{i}].role", "messages")
+            _utf8(m["content"], f"messages[{i}].content", "messages")
+        if self.renderer is None:
+            raise RequestError(self.chat_error)
+        try:
+            return self.renderer.prompt_ids([{"role": m["role"], "content": m["content"]} for m in msgs])
+        except TemplateRejected as e:
+            raise RequestError(f"'messages': {e}", "messages") from None
+
+    def chat_job(self, body: dict) -> tuple[Job, dict]:
+        self.check_model(body)
+        ids = self.chat_ids(_field(body, "messages", None))
         opts = self._common(body, len(ids), chat=True)
         lp = _field(body, "logprobs", False)
         top = _field(body, "top_logprobs", 0) if lp else None
@@ -421,7 +489,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(self, e: RequestError) -> None:
-        self._json(e.status, error_body(str(e), e.kind, e.param))
+        self._json(e.status, error_body(str(e), e.kind, e.param, e.status))
 
     def _sse_start(self) -> None:
         self.send_response(200)
@@ -457,7 +525,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"object": "list", "data": [{"id": s.name, "object": "model", "created": 0,
                                                          "owned_by": "easylemur"}]})
         else:
-            self._json(404, error_body(f"no route {self.path}", "not_found_error"))
+            self._json(404, error_body(f"no route {self.path}", "not_found_error", None, 404))
 
     def do_POST(self) -> None:
         try:
@@ -475,7 +543,7 @@ class Handler(BaseHTTPRequestHandler):
             pass
         except Exception as e:  # a bug answers 500 with its message, and the server keeps serving
             try:
-                self._json(500, error_body(f"{type(e).__name__}: {e}", "server_error"))
+                self._json(500, error_body(f"{type(e).__name__}: {e}", "server_error", None, 500))
             except OSError:
                 pass
 
@@ -589,16 +657,32 @@ class _HTTPServer(ThreadingHTTPServer):
     # (--max-queue, a 503) is where requests are turned away, not the kernel
     request_queue_size = 256
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away (a dropped /health probe, a reset mid-answer) is normal
+        traffic: no traceback for it; anything else is printed as socketserver prints it."""
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipe, ConnectionReset, ConnectionAborted
+            return
+        super().handle_error(request, client_address)
+
 
 class Server:
     """The model, its engine and scheduler, and the HTTP server around them."""
 
     def __init__(self, model, *, host: str = "127.0.0.1", port: int = 8000, slots: int = 8, max_queue: int = 64,
-                 max_len: Optional[int] = None, name: Optional[str] = None):
+                 max_len: Optional[int] = None, name: Optional[str] = None, chat_template: Optional[str] = None,
+                 chat_template_why: str = "", default_max_tokens: int = CHAT_MAX_TOKENS):
+        """`name`: the model id served (default: the checkpoint's folder name; then the path as
+        given is answered too, as vLLM's default name is); `chat_template`: chat renders with it
+        instead of the model's own (--chat-template)."""
         self.model = model
+        if default_max_tokens < 1:
+            raise InputError(f"--default-max-tokens {default_max_tokens}: must be at least 1")
         self.engine = SlotEngine(model.config, model.params, slots=slots, max_len=max_len, mesh=model.mesh)
         self.scheduler = Scheduler(self.engine, max_queue=max_queue)
-        self.service = Service(model, self.engine, self.scheduler, name or (model.path.rstrip("/").split("/")[-1] or "easylemur"))
+        default = model.path.rstrip("/").split("/")[-1] or "easylemur"
+        self.service = Service(model, self.engine, self.scheduler, name or default,
+                               names=() if name or not model.path else (model.path,), chat_template=chat_template,
+                               chat_template_why=chat_template_why, default_max_tokens=default_max_tokens)
         handler = type("BoundHandler", (Handler,), {"service": self.service})
         self.httpd = _HTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
