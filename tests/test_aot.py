@@ -48,8 +48,6 @@ def test_accelerator_names_map_to_what_their_vms_present():
 GiB = 2**30
 
 
-@pytest.mark.slow
-@needs_libtpu
 @needs_libtpu
 def test_aot_checks_on_a_host_without_chips_run_side_by_side():
     """libtpu's lockfile guards chips; a compile-only libtpu holds none, so two AOT checks at
@@ -66,6 +64,8 @@ def test_aot_checks_on_a_host_without_chips_run_side_by_side():
         [e[-500:] for _, e in outs]
 
 
+@pytest.mark.slow
+@needs_libtpu
 def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
     """As a v4-512 TPU VM presents it: 256 megacore devices of 30.75 GiB. The TPU compiler's own
     peak leaves at least 68% of HBM free at fsdp 256 (MaxText's llama2-70b with the same
