@@ -28,6 +28,7 @@ from etils import epath
 from easylemur.checkpoint.fingerprint import array_fingerprint, tree_fingerprints
 from easylemur.checkpoint.paths import as_path
 from easylemur.errors import InputError, RunError, brief
+from easylemur.storage import is_url
 
 ITEMS = ("params", "opt_state", "meta")
 
@@ -279,7 +280,7 @@ class ItemReader:
         if self._ctx is None:  # no chunk cache: each array is read once
             self._ctx = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
         stored = ".".join(self.keys[name])
-        base = str(self.dir) if "://" in str(self.dir) else f"file://{self.dir}"
+        base = str(self.dir) if is_url(self.dir) else f"file://{self.dir}"
         kv = {"driver": "ocdbt", "base": base, "path": stored} if self._ocdbt else \
             {"driver": "file", "path": str(self.dir / stored)}
         return ts.open({"driver": self._driver, "kvstore": kv}, open=True, read=True, context=self._ctx).result()

@@ -48,6 +48,7 @@ import numpy as np
 from easylemur.checkpoint import store, model_meta
 from easylemur.convert import hf
 from easylemur.errors import InputError, RunError, add_debug_flag, run_cli
+from easylemur.storage import is_url
 from easylemur.model.llama import LlamaConfig, param_specs
 from easylemur.convert.safetensors_io import (
     LazyArray,
@@ -134,7 +135,7 @@ def _local_dir(out: str | Path, flag: str = "--out") -> Path:
     """`out` as an absolute real path (a symlinked --out is followed: the link stays, its target
     is replaced); refuses what a rename cannot replace."""
     text = os.fspath(out)
-    if "://" in text:
+    if is_url(text):
         raise ConvertError(f"{flag} {text}: only local directories are written (each output is renamed into "
                            "place when complete); write locally, then copy it to the bucket")
     final = Path(os.path.realpath(text))
@@ -681,7 +682,7 @@ def check_export_out(out: str | Path, checkpoint_path: str | Path, overwrite: bo
     """`out` as a local real path. A directory that is not empty is refused unless `overwrite`;
     one that holds easylemur checkpoints, or the checkpoint being exported, always."""
     final = _local_dir(out)
-    if "://" not in os.fspath(checkpoint_path) and _inside(checkpoint_path, final):
+    if not is_url(checkpoint_path) and _inside(checkpoint_path, final):
         raise ConvertError(f"--out {out} holds the checkpoint being exported ({checkpoint_path}); "
                            "choose a directory outside it")
     held = sorted(p.name for p in final.iterdir()) if final.is_dir() else []

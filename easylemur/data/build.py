@@ -56,10 +56,10 @@ from easylemur.data.store import (
     STORE_MANIFEST,
     STORE_VERSION,
     Storage,
-    is_url,
     token_dtype,
 )
 from easylemur.data.tokenize import Tokenize
+from easylemur.storage import is_url
 
 if TYPE_CHECKING:
     from easylemur.tokenizer.spm import Tokenizer

@@ -11,9 +11,9 @@ raise in strict mode). A file that cannot be read at all (missing, corrupt, trun
 the files' size: `JsonlSource` keeps a line index (8 bytes a line) and decompresses .gz/.zst to
 a private temporary file; `iter_jsonl_records` streams one file's records.
 
-A path with "://" is a URL read through fsspec (gcsfs for gs://): a glob, a prefix listed
-recursively, or one object; JSONL and Parquet are read from there as from local disk (a JSONL
-object streamed in REMOTE_BLOCK reads, `_Remote`). Local files never import fsspec.
+A URL (easylemur/storage.py's `is_url`) is read through fsspec (gcsfs for gs://): a glob, a
+prefix listed recursively, or one object; JSONL and Parquet are read from there as from local
+disk (a JSONL object streamed in REMOTE_BLOCK reads, `_Remote`). Local files never import fsspec.
 
 The source config keys and their defaults are the config schema's (config.SOURCE_DEFAULTS).
 """
@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from easylemur.data.records import INVALID_UTF8, MALFORMED_JSON, BadRecord, DataError
+from easylemur.storage import Unreachable, is_url, url_fs
 
 STORE_MANIFEST = "manifest.json"  # the file that makes a directory a token store (data/store.py)
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
@@ -48,10 +49,6 @@ def _has_suffix(path: str, suffixes: tuple[str, ...]) -> bool:
     return any(path.endswith(s) for s in suffixes)
 
 
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
 def _is_glob(path: str) -> bool:
     return any(c in path for c in "*?[")
 
@@ -59,7 +56,7 @@ def _is_glob(path: str) -> bool:
 def resolve_files(path: str, suffixes: tuple[str, ...]) -> list[str]:
     """Files named by `path` (a file, a glob, or a directory searched recursively), sorted; for
     a URL the objects (a glob's matches, every object under a prefix, the object), each a URL."""
-    if _is_url(path):
+    if is_url(path):
         what, files = _url_listing(path)
         return [f for f in files if _has_suffix(f, suffixes)] if what == "prefix" else files
     if _is_glob(path):
@@ -79,7 +76,7 @@ def resolve_files(path: str, suffixes: tuple[str, ...]) -> list[str]:
 
 
 def _why_no_files(path: str) -> str:
-    if _is_url(path):
+    if is_url(path):
         what = "glob" if _is_glob(path) else _url_listing(path)[0]
         return {"glob": "the pattern matches no object", "prefix": "no data files under this prefix",
                 "object": "not a data file"}.get(what, "no such object or prefix")
@@ -100,7 +97,7 @@ def _kind_of_files(files: list[str], glob: bool) -> str | None:
 def detect_kind(path: str) -> str:
     if path.startswith("tfds:"):
         return "tfds"
-    if _is_url(path):
+    if is_url(path):
         return _url_kind(path)
     p = Path(path)
     if p.is_dir() and (p / STORE_MANIFEST).exists():
@@ -122,14 +119,11 @@ def detect_kind(path: str) -> str:
 
 
 def _url_fs(url: str) -> tuple[Any, str]:
-    """(fsspec filesystem, path on it) of a URL; an unknown scheme or a missing backend is a DataError."""
-    import fsspec
-
+    """(fsspec filesystem, path on it) of a URL (storage.url_fs); an unknown scheme or a missing backend is a DataError."""
     try:
-        return fsspec.core.url_to_fs(url)
-    except Exception as e:  # noqa: BLE001 - ImportError (no gcsfs), ValueError (unknown scheme), a backend's own
-        raise DataError(f"{url}: cannot open this URL ({_one_line(e)}); for gs:// install gcsfs "
-                        "(pip install 'easylemur[gcs]')") from None
+        return url_fs(url)
+    except Unreachable as e:
+        raise DataError(str(e)) from None
 
 
 def _one_line(e: BaseException) -> str:
@@ -154,7 +148,7 @@ def _remote(url: str, fn: Any) -> Any:
 
 def _spell(fs: Any, root_url: str, f: str) -> str:
     """The URL of listed object `f` spelled as the user spelled `root_url` (a prefix of it), else as fsspec does."""
-    root = fs._strip_protocol(root_url).rstrip("/") if "://" in root_url else ""
+    root = fs._strip_protocol(root_url).rstrip("/") if is_url(root_url) else ""
     if root and (f == root or f.startswith(root + "/")):
         return root_url.rstrip("/") + f[len(root):]
     return fs.unstrip_protocol(f)
@@ -208,7 +202,7 @@ def file_sizes(files: list[str]) -> list[int]:
     out: dict[str, int] = {}
     groups: dict[int, tuple[Any, list[tuple[str, str]]]] = {}
     for f in files:
-        if _is_url(f):
+        if is_url(f):
             fs, p = _url_fs(f)
             groups.setdefault(id(fs), (fs, []))[1].append((f, p))
             continue
@@ -308,7 +302,7 @@ class _Remote:
 def _open_fd(path: str) -> tuple[int | _Remote, int]:
     """(fd, size) of a file to read (a URL: a `_Remote` in place of the fd); a file that cannot
     be opened is a DataError naming it."""
-    if _is_url(path):
+    if is_url(path):
         r = _Remote(path)
         return r, r.size
     try:
@@ -786,7 +780,7 @@ class JsonlSource:
 
 def _parquet_fs(path: str) -> dict[str, Any]:
     """pyarrow's `filesystem` argument for a URL (fsspec's, which pyarrow wraps), none for a local file."""
-    return {"filesystem": _url_fs(path)[0]} if _is_url(path) else {}
+    return {"filesystem": _url_fs(path)[0]} if is_url(path) else {}
 
 
 class ParquetSource:

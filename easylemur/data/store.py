@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from easylemur import storage
 from easylemur.data.chat_template import template_sha256
 from easylemur.data.records import DataError
 from easylemur.data.readers import STORE_MANIFEST
@@ -44,38 +45,26 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
-def is_url(path: str) -> bool:
-    return "://" in path
-
-
-def join(root: str, *parts: str) -> str:
-    return "/".join([root.rstrip("/"), *parts]) if is_url(root) else os.path.join(root, *parts)
-
-
 class Storage:
-    """Reads and writes under one root, local (plain os calls: pread, rename) or through fsspec
-    (gcsfs for gs://). Remote objects appear whole or not at all (an upload is committed when
-    it completes), so a crash never leaves a partial object; local files are written under a
-    private name and renamed."""
+    """The token store's files under one root, local or in a bucket (easylemur/storage.py does
+    the I/O: pread and rename locally, fsspec/gcsfs for a URL), with the store's one-line
+    DataErrors. Bucket objects appear whole or not at all (an upload is committed when it
+    completes) and local files are written under a private name and renamed, so a crash never
+    leaves a partial file under its final name."""
 
     def __init__(self, root: str):
-        self.root = root.rstrip("/") if is_url(root) else os.path.abspath(root)
-        self.fs = None
-        if is_url(root):
-            import fsspec
-
-            try:
-                self.fs, _ = fsspec.core.url_to_fs(root)
-            except (ImportError, ValueError) as e:
-                raise DataError(f"{root}: cannot open this URL ({e}); for gs:// install gcsfs "
-                                "(pip install 'easylemur[gcs]')") from None
+        self.root = root.rstrip("/") if storage.is_url(root) else os.path.abspath(root)
+        try:
+            self.io = storage.at(root)
+        except storage.Unreachable as e:
+            raise DataError(str(e)) from None
 
     def path(self, *parts: str) -> str:
-        return join(self.root, *parts)
+        return storage.join(self.root, *parts)
 
     def check_root(self) -> None:
-        """A local root that is there but is no directory is a one-line DataError."""
-        if not self.fs and os.path.exists(self.root) and not os.path.isdir(self.root):
+        """A root that is there but is no directory (a local file) is a one-line DataError."""
+        if not self.io.remote and os.path.exists(self.root) and not os.path.isdir(self.root):
             raise DataError(f"{self.root}: is a file, not a directory: a token store is a directory (made if "
                             "missing) or a bucket URL")
 
@@ -83,25 +72,20 @@ class Storage:
         """Makes a local root directory (a bucket's prefix needs none); a path that cannot be one
         is a one-line DataError naming it."""
         self.check_root()
-        if self.fs:
-            return
         try:
-            os.makedirs(self.root, exist_ok=True)
+            self.io.makedirs(self.root)
         except OSError as e:
             raise DataError(f"{self.root}: cannot make the token store's directory here: {e.strerror or e}") from None
 
     def exists(self, path: str) -> bool:
-        return self.fs.exists(path) if self.fs else os.path.exists(path)
+        return self.io.exists(path)
 
     def size(self, path: str) -> int:
-        return int(self.fs.size(path)) if self.fs else os.path.getsize(path)
+        return self.io.size(path)
 
     def read_bytes(self, path: str) -> bytes:
         try:
-            if self.fs:
-                return self.fs.cat_file(path)
-            with open(path, "rb") as f:
-                return f.read()
+            return self.io.read(path)
         except FileNotFoundError:
             raise DataError(f"{path}: no such file") from None
         except OSError as e:
@@ -115,42 +99,26 @@ class Storage:
             raise DataError(f"{path}: not valid JSON ({e})") from None
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        if self.fs:
-            self.fs.pipe_file(path, data)
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        """Replaces `path` whole, atomically (storage.write)."""
+        self.io.write(path, data)
 
     def put_file(self, local: str, path: str) -> None:
         """Moves a finished local file to `path` (a rename on local disk, an upload to a bucket)."""
-        if self.fs:
-            self.fs.put_file(local, path)
-            os.unlink(local)
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.replace(local, path)
+        self.io.put_file(local, path)
 
     def remove_partial(self, directory: str, unit: str) -> None:
         """Removes the private files a killed writer of `unit` left on local disk (a bucket
         never shows an unfinished upload). Only the unit's own worker calls it."""
-        if self.fs or not os.path.isdir(directory):
+        if self.io.remote or not os.path.isdir(directory):
             return
-        for name in os.listdir(directory):
+        for name in self.io.listdir(directory):
             if name.startswith(unit + ".") and ".tmp-" in name:
-                os.unlink(os.path.join(directory, name))
+                self.io.remove(os.path.join(directory, name))
 
     def local_tmp_dir(self, path: str) -> str | None:
         """Where a file bound for `path` is written first: beside it on local disk (so that the
-        rename stays in one file system), the system temp dir for buckets."""
-        if self.fs:
-            return None
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return os.path.dirname(path)
+        rename stays in one file system), None (the system temp dir) for a bucket."""
+        return self.io.staging_dir(path)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -192,8 +160,9 @@ class StoreSource:
     with doc = {"ids": int32[n], "mask": int8[n]}, exactly what `Tokenize` made of the record.
 
     In memory: the `.docs` offsets of every unit (8 bytes per document) and their cumulative
-    counts; everything else is read per document by range. Safe to read from several threads
-    (pread; fsspec's ranged cat). `bytes_read` counts the bytes fetched so far by this object."""
+    counts; everything else is read per document by range (storage.Ranged: pread of files kept
+    open, one ranged GET per read from a bucket), safe from several threads. `bytes_read` counts
+    the bytes fetched so far by this object."""
 
     def __init__(self, root: str, source: str, manifest: dict[str, Any]):
         self.root, self.source = root, source
@@ -213,14 +182,14 @@ class StoreSource:
             counts.append(len(off) - 1)
         self._offsets = offsets
         self._starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
-        self._fds: dict[str, int] = {}
+        self._reads = storage.Ranged(self.storage.root)
         self._lock = threading.Lock()
         self.bytes_read = 0
         self.index_bytes = int(sum(o.nbytes for o in offsets) + self._starts.nbytes)
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_fds"], state["storage"] = {}, None
+        state["storage"] = None  # made again where it is unpickled; _reads opens its files again
         del state["_lock"]
         return state
 
@@ -235,20 +204,10 @@ class StoreSource:
     def _read(self, path: str, start: int, end: int) -> bytes:
         if end <= start:
             return b""
-        fs = self.storage.fs
-        if fs is not None:
-            data = fs.cat_file(path, start=start, end=end)
-        else:
-            fd = self._fds.get(path)
-            if fd is None:
-                with self._lock:
-                    fd = self._fds.get(path)
-                    if fd is None:
-                        try:
-                            fd = self._fds[path] = os.open(path, os.O_RDONLY)
-                        except OSError as e:
-                            raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
-            data = os.pread(fd, end - start, start)
+        try:
+            data = self._reads.read(path, start, end)
+        except OSError as e:
+            raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
         if len(data) != end - start:
             raise DataError(f"{path}: truncated: bytes {start}..{end} asked, {len(data)} read")
         with self._lock:
@@ -278,10 +237,7 @@ class StoreSource:
         return f"{self.root}/{self.source}/{unit}:doc {d}", {"ids": ids, "mask": mask}
 
     def close(self) -> None:
-        with self._lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+        self._reads.close()
 
 
 def open_store_source(scfg: dict[str, Any], name: str, tokenizer: Any, seq_len: int) -> StoreSource:

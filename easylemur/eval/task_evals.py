@@ -45,6 +45,7 @@ from easylemur.config import LM_EVAL, ConfigError, task_eval_names
 from easylemur.eval.samples import generate_samples
 from easylemur.eval.sandbox import Sandbox
 from easylemur.eval.tasks import FORMATS
+from easylemur.storage import is_url
 
 
 @dataclasses.dataclass
@@ -126,7 +127,7 @@ class TaskEvals:
         self.scanned = model_cfg.scan_layers
         self.tokenizer, self.mesh, self.stop_ids = tokenizer, mesh, list(stop_ids)
         # the checkers write beside the run when it is on a local disk, else in a local temp dir
-        local = "://" not in str(workdir)
+        local = not is_url(workdir)
         self.root = Path(str(workdir)) / subdir if local else Path(tempfile.mkdtemp(prefix="easylemur-evals-"))
         self.model = None
         self._unscan = None

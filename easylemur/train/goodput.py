@@ -22,6 +22,8 @@ import time
 import uuid
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from easylemur.storage import LineFile, exists, read
+
 EVENTS = "events.jsonl"
 CATEGORIES = ("train", "setup", "restore", "compile", "save", "eval", "lost", "down")
 
@@ -50,33 +52,20 @@ class EventLog:
 
         self.active = active
         self.path = as_path(workdir) / EVENTS
-        self.remote = "://" in str(self.path)
         self.launch = uuid.uuid4().hex[:12]
         self.step = 0  # the newest step this launch finished, for the end record
         self.outcome: Optional[str] = None  # "done" / "stopped", set by the loop when it ends without an error
-        self.lines: list[str] = []
+        self.file: Optional[LineFile] = None
         if not active:
             return
-        if self.remote:
-            self.lines = _read_lines(self.path)
-        elif self.path.exists():
-            with open(self.path, "rb+") as f:  # a killed launch's half-written last line ends here
-                f.seek(0, os.SEEK_END)
-                if f.tell():
-                    f.seek(-1, os.SEEK_END)
-                    if f.read(1) != b"\n":
-                        f.write(b"\n")
+        # locally: appended, a killed launch's half-written last line ended first; in a bucket:
+        # its complete lines read once, then rewritten whole with each event
+        self.file = LineFile(self.path, lambda: _read_lines(self.path))
 
     def write(self, event: str, t: float, **fields: Any) -> None:
         if not self.active:
             return
-        line = json.dumps({"event": event, "launch": self.launch, "time": round(t, 3), **fields})
-        if self.remote:
-            self.lines.append(line)
-            self.path.write_text("".join(l + "\n" for l in self.lines))
-        else:
-            with open(self.path, "a") as f:
-                f.write(line + "\n")
+        self.file.append(json.dumps({"event": event, "launch": self.launch, "time": round(t, 3), **fields}))
 
     def start(self) -> None:
         """The launch's first record, written once the workdir lock is held; its time is the
@@ -128,7 +117,7 @@ class EventLog:
 def _read_lines(path: Any) -> list[str]:
     """The file's complete JSON lines (a half-written one, from a killed launch, dropped)."""
     try:
-        text = path.read_text()
+        text = read(path).decode()
     except FileNotFoundError:
         return []
     lines = []
@@ -145,7 +134,7 @@ def read_events(workdir: Any) -> list[dict]:
     from easylemur.checkpoint.paths import as_path
 
     path = as_path(workdir) / EVENTS
-    if not path.exists():
+    if not exists(path):
         from easylemur.errors import InputError
 
         raise InputError(f"{path}: no such file; goodput needs the events a run of this easylemur writes "

@@ -21,6 +21,9 @@ that finds the lock no longer this run's, or cannot refresh it for half of STALE
 before anyone else could judge it stale), is a failure: said as a warning at once, recorded,
 and raised by `check()`, which the train loop calls every step, so the run stops instead of
 sharing the workdir.
+
+The file operations themselves (each kind of storage's create-if-absent, refresh, take-over)
+are easylemur/storage.py's `owned_file`; this module decides who holds the lock and when.
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ import uuid
 from typing import Any, Callable, Optional
 
 from easylemur.errors import InputError, RunError
+from easylemur.storage import NoBucket, NotOurs, makedirs, owned_file
 
 HEARTBEAT_SECONDS = 30.0
 STALE_SECONDS = 300.0  # ten missed heartbeats
 # shorter intervals, for tests that watch a run's lock live through several staleness periods
 STALE_ENV, HEARTBEAT_ENV = "EASYLEMUR_LOCK_STALE_SECONDS", "EASYLEMUR_LOCK_HEARTBEAT_SECONDS"
-BEAT_PREFIX = "run.lock.beat-"  # a heartbeat's temporary file on a local disk, then run.lock
 
 
 class WorkdirLocked(InputError):
@@ -67,7 +70,10 @@ class WorkdirLock:
         self.record = {"host": socket.gethostname(), **_machine(), "pid": os.getpid(),
                        "pid_start": _pid_start(os.getpid()), "started": time.time(), "heartbeat": time.time(),
                        "token": self.token}
-        self.store = _store(self.path, self.token)
+        # the file itself (create-if-absent, refresh and remove while ours, take over once), on
+        # whatever storage the workdir is: easylemur/storage.py
+        self.store = owned_file(self.path, self.token,
+                                lambda data, version: _parse(data, version).get("token") == self.token)
         self.failure: Optional[str] = None  # why the lock was lost, set by the heartbeat thread
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -75,13 +81,15 @@ class WorkdirLock:
     # ---------------------------------------------------------------- taking and releasing
 
     def acquire(self) -> None:
-        # a bucket has no directories to make; and gcsfs's makedirs would create a bucket that
-        # does not exist (a typo, in the default project and location): there the lock's own
-        # write says the bucket is missing instead
-        if "://" not in str(self.path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        # a bucket has no directories to make (storage.makedirs does nothing there): the lock's
+        # own write says a missing bucket is missing, instead of gcsfs creating it
+        makedirs(self.path.parent)
         for _ in range(3):
-            if self.store.create(self._data()):
+            try:
+                created = self.store.create(self._data())
+            except NoBucket as e:
+                raise InputError(f"workdir {self.path.parent}: {e}; create it first, a run never creates buckets") from None
+            if created:
                 self.store.clean_leftovers()
                 self._thread = threading.Thread(target=self._beat, name="easylemur-lock-heartbeat", daemon=True)
                 self._thread.start()
@@ -173,8 +181,9 @@ class WorkdirLock:
                 self.record["heartbeat"] = time.time()
                 try:
                     self.store.refresh(self._data())
-                except _NotOurs as e:
-                    self._fail(f"it is no longer this run's ({e}); another run may be using the workdir")
+                except NotOurs as e:
+                    now = f"now {_parse(*e.seen)}" if e.seen is not None else str(e)
+                    self._fail(f"it is no longer this run's ({now}); another run may be using the workdir")
                     return
                 except Exception as e:  # noqa: BLE001 (a full disk, a read-only mount, a bucket's error)
                     if time.time() - last_ok > self.stale_seconds / 2:
@@ -191,211 +200,6 @@ class WorkdirLock:
     def _fail(self, why: str) -> None:
         self.failure = why
         self.log(f"warning: workdir lock {self.path}: {why}; the run stops at its next step")
-
-
-# ---------------------------------------------------------------- where the lock lives
-
-
-class _NotOurs(Exception):
-    """The lock file now names another run, or is gone."""
-
-
-class _LocalStore:
-    """A lock file on a local (or NFS-like) disk: O_EXCL create, os.replace refresh."""
-
-    def __init__(self, path: Any, token: str):
-        self.path = os.fspath(path)
-        self.dir = os.path.dirname(self.path)
-        self.token = token
-
-    def create(self, data: bytes) -> bool:
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        return True
-
-    def read(self) -> Optional[tuple[bytes, Any]]:
-        """The file's bytes and mtime (what a half-written or damaged file is judged by)."""
-        try:
-            with open(self.path, "rb") as f:
-                return f.read(), os.fstat(f.fileno()).st_mtime
-        except FileNotFoundError:
-            return None
-
-    def refresh(self, data: bytes) -> None:
-        # a private name, written whole, then swapped in: a reader never sees half a record.
-        # The check that the lock is still ours comes last, right before the swap: a run that
-        # took the lock over in between would be overwritten (and then stop at its own next
-        # heartbeat: of the two, one goes on); POSIX has no compare-and-swap for files.
-        tmp = os.path.join(self.dir, BEAT_PREFIX + self.token)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            seen = self.read()
-            if seen is None or _parse(*seen).get("token") != self.token:
-                raise _NotOurs(f"now {_parse(*seen) if seen else 'removed'}")
-            os.replace(tmp, self.path)
-        finally:
-            _unlink_quietly(tmp)
-
-    def take_over(self, seen: tuple[bytes, Any]) -> bool:
-        """Moves the stale file to a private name first: of two runs that both saw it stale,
-        only one rename succeeds. If what was moved is not what was judged (a third run took
-        it over meanwhile), it is put back."""
-        aside = os.path.join(self.dir, f"run.lock.stale-{self.token}")
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return False  # someone else took it over first
-        try:
-            try:
-                with open(aside, "rb") as f:
-                    moved = f.read()
-            except FileNotFoundError:
-                return False  # cleaned away by a run that took the lock meanwhile
-            if moved != seen[0]:
-                try:
-                    os.link(aside, self.path)
-                except FileExistsError:
-                    pass
-                return False
-            return True
-        finally:
-            _unlink_quietly(aside)
-
-    def remove(self) -> None:
-        seen = self.read()
-        if seen is not None and _parse(*seen).get("token") == self.token:
-            os.unlink(self.path)
-
-    def clean_leftovers(self) -> None:
-        """Heartbeat files of runs killed mid-heartbeat (or of easylemur versions that left them):
-        with the lock ours, no other run may write the lock any more."""
-        for name in os.listdir(self.dir):
-            if name.startswith(BEAT_PREFIX) and not name.endswith(self.token):
-                _unlink_quietly(os.path.join(self.dir, name))
-
-
-class _GcsStore:
-    """gs:// with google-cloud-storage: every write is conditioned on the object's generation,
-    so create-if-absent, refresh-if-still-ours and take-over-once are each one atomic request."""
-
-    def __init__(self, path: Any, token: str):
-        from google.api_core import exceptions
-        from google.cloud import storage
-
-        bucket, _, name = str(path)[len("gs://"):].partition("/")
-        self.blob = storage.Client().bucket(bucket).blob(name)
-        self.bucket_obj = self.blob.bucket
-        self.path, self.name, self.token, self.errors = path, name, token, exceptions
-        self.generation: Optional[int] = None  # of the object this run last wrote
-
-    def create(self, data: bytes) -> bool:
-        try:
-            self.blob.upload_from_string(data, if_generation_match=0)
-        except self.errors.PreconditionFailed:
-            return False
-        except self.errors.NotFound:  # an object write finds no bucket: the only 404 an upload has
-            raise InputError(f"workdir {self.path.parent}: bucket gs://{self.bucket_obj.name} does not exist (or these "
-                             "credentials cannot see it); create it first, a run never creates buckets") from None
-        self.generation = self.blob.generation
-        return True
-
-    def read(self) -> Optional[tuple[bytes, Any]]:
-        blob = self.bucket_obj.get_blob(self.name)
-        if blob is None:
-            return None
-        try:
-            return blob.download_as_bytes(if_generation_match=blob.generation), blob.generation
-        except (self.errors.NotFound, self.errors.PreconditionFailed):
-            return None  # replaced or removed just now: look again
-
-    def refresh(self, data: bytes) -> None:
-        try:
-            self.blob.upload_from_string(data, if_generation_match=self.generation)
-        except self.errors.PreconditionFailed:
-            raise _NotOurs("it was replaced or removed") from None
-        self.generation = self.blob.generation
-
-    def take_over(self, seen: tuple[bytes, Any]) -> bool:
-        try:
-            self.bucket_obj.blob(self.name).delete(if_generation_match=seen[1])
-        except (self.errors.NotFound, self.errors.PreconditionFailed):
-            return False
-        return True
-
-    def remove(self) -> None:
-        try:
-            self.blob.delete(if_generation_match=self.generation)
-        except (self.errors.NotFound, self.errors.PreconditionFailed):
-            pass  # not ours any more
-
-    def clean_leftovers(self) -> None:
-        pass  # nothing is ever written beside the lock
-
-
-class _ObjectStore:
-    """Any other epath/fsspec storage (s3://, gs:// without google-cloud-storage): an object
-    write replaces the object whole, so a refresh is one write; but create-if-absent and
-    refresh-if-ours are check-then-write, which two runs at the same moment can both pass
-    (said once, as a warning)."""
-
-    def __init__(self, path: Any, token: str):
-        self.path, self.token = path, token
-        print(f"warning: {path}: no atomic create-if-absent for this storage here (install google-cloud-storage for "
-              "gs://); two runs starting at the same moment could both take the lock", flush=True)
-
-    def create(self, data: bytes) -> bool:
-        if self.path.exists():
-            return False
-        self.path.write_bytes(data)
-        return True
-
-    def read(self) -> Optional[tuple[bytes, Any]]:
-        try:
-            return self.path.read_bytes(), None
-        except FileNotFoundError:
-            return None
-
-    def refresh(self, data: bytes) -> None:
-        seen = self.read()
-        if seen is None or _parse(*seen).get("token") != self.token:
-            raise _NotOurs(f"now {_parse(*seen) if seen else 'removed'}")
-        self.path.write_bytes(data)
-
-    def take_over(self, seen: tuple[bytes, Any]) -> bool:
-        now = self.read()
-        if now is None or now[0] != seen[0]:
-            return False
-        self.path.unlink()
-        return True
-
-    def remove(self) -> None:
-        seen = self.read()
-        if seen is not None and _parse(*seen).get("token") == self.token:
-            self.path.unlink()
-
-    def clean_leftovers(self) -> None:
-        pass
-
-
-def _store(path: Any, token: str) -> _LocalStore | _GcsStore | _ObjectStore:
-    text = str(path)
-    if "://" not in text:
-        return _LocalStore(path, token)
-    if text.startswith("gs://"):
-        try:
-            return _GcsStore(path, token)
-        except ImportError:
-            pass
-    return _ObjectStore(path, token)
 
 
 # ---------------------------------------------------------------- helpers
@@ -461,13 +265,6 @@ def _machine() -> dict:
     except OSError:
         pass
     return out
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _age(t: Any) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 
 from easylemur.errors import RunError
 from easylemur.model.llama import LlamaConfig
+from easylemur.storage import LineFile, exists, is_url, makedirs, read, write
 
 
 def flops_per_token(cfg: LlamaConfig, seq_len: int) -> float:
@@ -83,16 +84,17 @@ class MetricsWriter:
         from easylemur.checkpoint.paths import as_path
 
         workdir = as_path(workdir)
-        self.remote = "://" in str(workdir)
+        self.remote = is_url(workdir)
         self.path = workdir / f"{name}.jsonl"
-        self.lines: list[str] = []
+        self.file: Optional[LineFile] = None
         self.wandb_step = 0
         self.tb = None
         self.wandb = None
         if not self.active:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._truncate_after(resume_step if resume_step is not None else float("inf"))
+        makedirs(workdir)
+        kept = self._truncate_after(resume_step if resume_step is not None else float("inf"))
+        self.file = LineFile(self.path, lambda: kept)  # appended locally, rewritten whole in a bucket
         from tensorboardX import SummaryWriter
 
         tb_name = "tb" if name == "metrics" else f"{name}_tb"
@@ -110,37 +112,27 @@ class MetricsWriter:
             else:
                 self.wandb = wandb.init(project=wandb_project, config=config, resume="allow")
 
-    def _truncate_after(self, step: int) -> None:
+    def _truncate_after(self, step: int) -> list[str]:
         """A resumed run rewrites the steps after its checkpoint: drop the killed run's lines
-        for them so metrics.jsonl reads as one uninterrupted run."""
-        if not self.path.exists():
-            return
+        for them so metrics.jsonl reads as one uninterrupted run (rewritten atomically). Returns
+        the lines kept."""
+        if not exists(self.path):
+            return []
         kept = []
-        for line in self.path.read_text().splitlines():
+        for line in read(self.path).decode().splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the killed run's half-written last line
             if record.get("step", 0) <= step:
                 kept.append(line)
-        self.lines = kept
-        if self.remote:
-            self.path.write_text("".join(l + "\n" for l in kept))
-            return
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(l + "\n" for l in kept))
-        tmp.replace(self.path)
+        write(self.path, "".join(l + "\n" for l in kept).encode())
+        return kept
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.active:
             return
-        line = json.dumps(record)
-        if self.remote:  # buckets cannot append: rewrite the (small) file
-            self.lines.append(line)
-            self.path.write_text("".join(l + "\n" for l in self.lines))
-        else:
-            with open(self.path, "a") as f:
-                f.write(line + "\n")
+        self.file.append(json.dumps(record))  # a bucket cannot append: the (small) file is rewritten
         step = record["step"]
         for k, v in record.items():
             # NaN means "not measured" (tokens/s of a run's first step, which compiles): kept in

@@ -10,12 +10,13 @@ from typing import Any
 import jax
 
 from easylemur.config import ConfigError
+from easylemur.storage import is_url
 
 
 def check_workdir(workdir: Any) -> None:
     """Refuses, by name, a workdir that is a file or lies under one, before anything is created
     (mkdir's own error, `[Errno 17] File exists`, names neither)."""
-    if "://" in str(workdir):
+    if is_url(workdir):
         return
     for p in (workdir, *workdir.parents):
         if p.exists():
@@ -38,7 +39,7 @@ class FailedStartCleanup:
         self.tb = workdir / "tb"  # holds nothing but this run's event file, when this run made it
         self.files: list = []
         self.dirs: list = []
-        if jax.process_index() != 0 or "://" in str(workdir):
+        if jax.process_index() != 0 or is_url(workdir):
             return
         self.files = [p for p in (workdir / "checkpoints", self.tb, workdir / "config.json", workdir / "metrics.jsonl",
                                   workdir / "events.jsonl") if not p.exists()]
