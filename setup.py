@@ -15,7 +15,7 @@ setup(
         "grain>=0.2.10",
         "sentencepiece>=0.2.0",
         "tokenizers>=0.21",  # tokenizer.json (Llama-3, Qwen2.5): easylemur/tokenizer/hf.py
-        "jinja2>=3.1",  # chat_format: model renders the tokenizer's chat_template: easylemur/data/chat_template.py
+        "jinja2>=3.1",  # chat_format: model renders the tokenizer's chat_template: easylemur/chat/template.py
         "datasets>=3.0",
         "ml_collections>=1.0",
         "safetensors>=0.4",
@@ -37,7 +37,9 @@ setup(
                  "lm_eval>=0.4.9", "accelerate>=1.0",
                  # tests/test_serve.py judges the OpenAI-compatible server with the real client, and with lm-eval's
                  # local-completions (whose API models need tenacity, lm_eval[api])
-                 "openai>=1.0", "tenacity>=8"],
+                 "openai>=1.0", "tenacity>=8",
+                 # the docs site, built by tests/test_readme.py (mkdocs build --strict; mkdocs.yml)
+                 "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
         # a workdir, init.from or token store on gs://: gcsfs for files (etils epath, fsspec), google-cloud-storage
         # for the workdir lock's create-if-absent (tensorstore, bundled with orbax, writes the arrays itself)
         "gcs": ["gcsfs>=2024.1", "google-cloud-storage>=2.10"],

@@ -11,7 +11,7 @@ converters write local directories), then point init.from at the result:
 
 The data is read from a token store in a bucket, tokenized once from the raw JSONL by every
 worker of the pod (each takes its share of the files; a rerun redoes only what is missing),
-then finalized and checked (README, "Continued pre-training from Llama-2, step by step"):
+then finalized and checked (docs/guides/training.md, "Continued pre-training from Llama-2, step by step"):
     RAW="--config.data.sources.code.path=gs://BUCKET/lemur/raw/code --config.data.sources.text.path=gs://BUCKET/lemur/raw/text"
     tpu_scripts/launch.sh --name lemur --zone ZONE -- python -m easylemur.data tokenize \
         --config configs/lemur_70b_pretrain.py $RAW --out gs://BUCKET/lemur/tokens --shard auto --workers 96

@@ -22,7 +22,7 @@ with a dcn_data axis of N, e.g. --config.mesh=dcn_data:N,fsdp:-1.
   --type TYPE        accelerator type: v4-N, v5litepod-N, v5p-N or v6e-N (e.g. v4-512)
   --version RUNTIME  TPU software version; default by type: v4 $(runtime_for v4-8),
                      v5litepod $(runtime_for v5litepod-8), v5p $(runtime_for v5p-8), v6e $(runtime_for v6e-8)
-  --spot             Spot capacity (cheaper, can be preempted at any time: see preemption in README)
+  --spot             Spot capacity (cheaper, can be preempted at any time: see docs/guides/tpu-pods.md)
   --preemptible      an alias of --spot, with a warning: Google now documents Spot TPUs, which
                      replace preemptible ones (also in queued resources)
   --reserved         use the project's reservation
