@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ml_collections import ConfigDict
 
+from easylemur.chat.formats import CHAT_FORMATS
 from easylemur.errors import InputError
 
 
@@ -43,8 +44,8 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     # message list ("" = detect OpenAI `messages`, ShareGPT `conversations`, OpenOrca
     # `system_prompt`/`question`/`response`)
     "field": "",
-    # chat: "chatml" (easylemur's ChatML, data/chat.py) or "model" (the tokenizer's own
-    # tokenizer_config.json chat_template, e.g. Llama-3's or Qwen2.5's; data/chat_template.py)
+    # chat: "chatml" (easylemur's ChatML, chat/chatml.py) or "model" (the tokenizer's own
+    # tokenizer_config.json chat_template, e.g. Llama-3's or Qwen2.5's; chat/template.py)
     "chat_format": "chatml",
     "kind": "auto",  # "auto" (from path) or one of KINDS
     "split": "train",  # split for HF / TFDS datasets
@@ -55,7 +56,6 @@ SOURCE_DEFAULTS: dict[str, Any] = {
     "store_source": "",
 }
 FORMATS = ("text", "chat")
-CHAT_FORMATS = ("chatml", "model")
 KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds", "tokens")
 
 

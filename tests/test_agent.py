@@ -394,7 +394,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     out = tmp_path / "table"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     # the reference run is a base model (no chat template): its chat rows chat in ChatML's, given
-    from easylemur.data.chat import CHAT_TEMPLATE
+    from easylemur.chat.chatml import CHAT_TEMPLATE
 
     (tmp_path / "chatml.jinja").write_text(CHAT_TEMPLATE)
     proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),

@@ -1,7 +1,9 @@
 """The layering the design promises (docs/design.md, "Architecture"), checked on the import
 graph (top-level and lazy imports alike): no cycle; the model imports no data, checkpoint,
 conversion, run or serving code; checkpoint storage and the ops import no model; data imports
-no run; the workdir lock needs no orbax; nothing imports a command's entry point; the
+no run; chat (easylemur/chat/) imports nothing above it and the tokenizer no data; the workdir
+lock needs no orbax; the storage layer (easylemur/storage.py) is the base floor and the one place
+a path is judged a URL; nothing imports a command's entry point; the
 architecture tree in docs/design.md lists exactly the package's files."""
 
 import ast
@@ -85,6 +87,17 @@ def test_a_cycle_would_be_found():
 
 # (importer package, packages it may not reach, even through another module)
 LAYERS = [
+    # the base floor: local or bucket storage, which every layer uses, imports nothing of easylemur but errors
+    ("easylemur.storage", ("easylemur.model", "easylemur.ops", "easylemur.data", "easylemur.checkpoint",
+                           "easylemur.convert", "easylemur.train", "easylemur.generate", "easylemur.eval",
+                           "easylemur.serve", "easylemur.tokenizer", "easylemur.config", "easylemur.sharding",
+                           "easylemur.host", "easylemur.aot")),
+    # chat (formats, ChatML, model templates, the renderer, the one template rule): below the tokenizer,
+    # which writes ChatML's template; it takes a tokenizer as an argument and imports none
+    ("easylemur.chat", ("easylemur.model", "easylemur.ops", "easylemur.data", "easylemur.checkpoint",
+                        "easylemur.convert", "easylemur.train", "easylemur.generate", "easylemur.eval",
+                        "easylemur.serve", "easylemur.tokenizer", "easylemur.config", "easylemur.sharding",
+                        "easylemur.host", "easylemur.aot")),
     ("easylemur.model", ("easylemur.data", "easylemur.checkpoint", "easylemur.convert", "easylemur.train",
                          "easylemur.generate", "easylemur.eval", "easylemur.tokenizer", "easylemur.config")),
     ("easylemur.ops", ("easylemur.model", "easylemur.data", "easylemur.checkpoint", "easylemur.train")),
@@ -92,7 +105,7 @@ LAYERS = [
     ("easylemur.checkpoint.fingerprint", ("easylemur.model",)),
     ("easylemur.checkpoint.paths", ("easylemur.model", "easylemur.checkpoint.store")),
     ("easylemur.data", ("easylemur.train", "easylemur.generate", "easylemur.eval")),
-    ("easylemur.tokenizer", ("easylemur.model", "easylemur.train", "easylemur.checkpoint")),
+    ("easylemur.tokenizer", ("easylemur.model", "easylemur.train", "easylemur.checkpoint", "easylemur.data")),
     ("easylemur.convert", ("easylemur.train", "easylemur.generate", "easylemur.eval")),
     ("easylemur.generate", ("easylemur.train", "easylemur.eval", "easylemur.serve")),
     ("easylemur.serve", ("easylemur.train", "easylemur.eval")),  # the server: a model, its tokenizer, the slot engine
@@ -109,6 +122,15 @@ def test_layers_import_only_what_is_below_them():
             reach = _closure(graph, module)
             wrong += [f"{module} -> {r}" for r in sorted(reach) if any(_in(f, r) for f in forbidden)]
     assert wrong == [], wrong
+
+
+# modules that still judge a path a URL themselves, until they ask storage.is_url
+def test_only_the_storage_layer_judges_whether_a_path_is_a_url():
+    """`"://" in path` is decided once, by easylemur/storage.py's `is_url`; everyone asks it."""
+    spelled = re.compile(r"""["']://["']\s+(not\s+)?in\b""")
+    found = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if spelled.search(p.read_text())}
+    assert "storage.py" in found  # the check sees the one place
+    assert found - {"storage.py"} == set()
 
 
 def test_nothing_imports_a_command_entry_point():

@@ -1,16 +1,16 @@
-"""ChatML rendering: formats, exact loss masks, HF chat template agreement, truncation."""
+"""ChatML rendering (chat/chatml.py) and conversation records (data/conversations.py): formats, exact loss
+masks, HF chat template agreement, truncation."""
 
 import pytest
 
-from easylemur.data.chat import (
+from easylemur.chat.chatml import (
     CHAT_TEMPLATE,
-    ChatFormatError,
     render_chat,
     render_prompt,
     render_text,
     render_truncated,
-    to_messages,
 )
+from easylemur.data.conversations import ChatFormatError, to_messages
 from easylemur.tokenizer.spm import Tokenizer
 
 OPENAI = {"messages": [

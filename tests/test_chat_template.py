@@ -16,7 +16,7 @@ from test_tokenizer_hf import LLAMA3_SPECIAL, LLAMA3_SPLIT, QWEN_SPECIAL, QWEN_S
 
 from easylemur.config import ConfigError, validate_sources
 from easylemur.data import build
-from easylemur.data.chat_template import ChatTemplate, TemplateRejected
+from easylemur.chat.template import ChatTemplate, ChatTemplateError, TemplateRejected
 from easylemur.data.pipeline import make_pipeline
 from easylemur.data.records import DataError
 from easylemur.data.tokenize import Tokenize
@@ -273,7 +273,7 @@ def test_errors_name_the_source_key_and_tokenizer(qwen_dir, tmp_path):
     unstable = HFTokenizer(base.model_path, base._json, {
         **base.config, "chat_template": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
                                         "{% if add_generation_prompt %}ASSISTANT> {% endif %}"})
-    with pytest.raises(DataError, match=r"^source 'sft': .*not prefix-stable"):
+    with pytest.raises(ChatTemplateError, match=r"^source 'sft': .*not prefix-stable"):
         ChatTemplate(unstable, "sft").render_truncated([{"role": "user", "content": "a"},
                                                         {"role": "assistant", "content": "b"}], 100)
 

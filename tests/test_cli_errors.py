@@ -83,7 +83,7 @@ def ckpt(hf_dir, tmp_path_factory) -> Path:
 
 
 def test_chat_with_non_utf8_stdin_is_bad_input_naming_the_line(ckpt, tmp_path):
-    from easylemur.data.chat import CHAT_TEMPLATE
+    from easylemur.chat.chatml import CHAT_TEMPLATE
 
     # a base model (from-hf of a directory without a chat template) chats in the template given
     (tmp_path / "chatml.jinja").write_text(CHAT_TEMPLATE)

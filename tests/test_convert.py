@@ -506,7 +506,7 @@ CHATS = [
 def test_auto_tokenizer_encodes_like_easylemur(converted, tmp_path):
     from transformers import AutoTokenizer
 
-    from easylemur.data.chat import render_chat, render_prompt, render_text
+    from easylemur.chat.chatml import render_chat, render_prompt, render_text
 
     # the source has no chat template, so the checkpoint is no chat model: ChatML's template on request
     exported_f32 = tmp_path / "chatml"

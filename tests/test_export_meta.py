@@ -15,7 +15,7 @@ import pytest
 from easylemur.checkpoint import model_meta
 from easylemur.config import load_config
 from easylemur.convert import cli as convert
-from easylemur.data.chat import CHAT_TEMPLATE
+from easylemur.chat.chatml import CHAT_TEMPLATE
 from easylemur.model.llama import PRESETS, init_params
 from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH, Tokenizer
 from hf_models import make_hf_model

@@ -121,7 +121,7 @@ def test_chat_stops_on_im_end(chat_dir):
     m = easylemur.load(chat_dir)
     tok = m.tokenizer
     conv = [{"role": "user", "content": "Write add."}]
-    from easylemur.data.chat import render_prompt
+    from easylemur.chat.chatml import render_prompt
 
     prompt = render_prompt(conv, tok)
     free = m.generate([prompt], max_new_tokens=8, stop_ids=[])[0]
@@ -193,13 +193,13 @@ def test_cli_chat_with_a_base_model_is_bad_input(chat_dir, tmp_path, capsys):
 
 
 def test_chat_template_rule_is_the_exports(tmp_path_factory):
-    """A checkpoint chats in the template its to-hf export writes: chat_template_for equals
-    convert.cli.export_chat_template (no flags) for every meta chat_format (absent, null,
+    """A checkpoint chats in the template its to-hf export writes: chat_template_for (THE rule)
+    equals convert.cli.export_chat_template (no flags, which asks it) for every meta chat_format (absent, null,
     chatml, model, a from-hf kept template) on a sentencepiece ChatML tokenizer and on HF
     tokenizers with and without their own template."""
     from easylemur.checkpoint.model_meta import ModelCheckpoint
     from easylemur.convert.cli import export_chat_template
-    from easylemur.generate.api import chat_template_for
+    from easylemur.chat.choice import chat_template_for
     from easylemur.tokenizer import load_tokenizer
 
     qwen = load_tokenizer(chat_model_dir(tmp_path_factory, "qwen"))

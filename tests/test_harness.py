@@ -174,7 +174,7 @@ def test_greedy_generations_equal_hf(results, ours, hflm):
 
 
 def test_chat_template_is_easylemurs_chatml(ours, hflm):
-    from easylemur.data.chat import render_prompt
+    from easylemur.chat.chatml import render_prompt
 
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 2?"}]
     text = ours.apply_chat_template(chat)

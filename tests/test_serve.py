@@ -25,7 +25,7 @@ from transformers import AutoTokenizer
 
 import easylemur
 from chat_models import STYLES, chat_model_dir, prompts
-from easylemur.data.chat import CHAT_TEMPLATE
+from easylemur.chat.chatml import CHAT_TEMPLATE
 from easylemur.errors import InputError
 from easylemur.generate.slots import SlotEngine
 from easylemur.serve.cli import main as serve_main

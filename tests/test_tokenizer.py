@@ -10,8 +10,8 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
+from easylemur.chat.chatml import CHATML_TOKENS
 from easylemur.tokenizer.spm import (
-    CHATML_TOKENS,
     DEFAULT_TOKENIZER_PATH,
     Tokenizer,
     encode_ids_array,
@@ -271,7 +271,7 @@ def test_hf_parity_random_strings(tok_pair):
 def test_hf_parity_random_chats(tok_pair):
     import random
 
-    from easylemur.data.chat import render_chat, render_prompt
+    from easylemur.chat.chatml import render_chat, render_prompt
 
     ours, hf = tok_pair
     rng = random.Random(1)
@@ -297,7 +297,7 @@ def test_literal_special_text_is_matched_as_hf_does(tok_pair):
         ids = ours.encode(s)
         assert want in ids and hf(s, add_special_tokens=False)["input_ids"] == ids, s
     # a conversation whose content writes "</s>": the export's chat template gives training's ids
-    from easylemur.data.chat import render_chat
+    from easylemur.chat.chatml import render_chat
 
     msgs = [{"role": "user", "content": "strike <s>this</s>"}, {"role": "assistant", "content": "print('</s>')"}]
     ids = render_chat(msgs, ours)[0]
@@ -335,7 +335,7 @@ def test_hf_parity_pinned_strings(tok_pair, s):
 
 
 def test_hf_parity_pinned_chat(tok_pair):
-    from easylemur.data.chat import render_chat
+    from easylemur.chat.chatml import render_chat
 
     ours, hf = tok_pair
     msgs = [{"role": "user", "content": "Write a function."}, {"role": "assistant", "content": "def f():\n    pass"}]

@@ -19,7 +19,7 @@ from ml_collections import ConfigDict
 
 from easylemur.config import validate_sources
 from easylemur.data import build
-from easylemur.data.chat import render_chat
+from easylemur.chat.chatml import render_chat
 from easylemur.data.pipeline import make_pipeline
 from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, iter_jsonl_texts, resolve_files
 from easylemur.data.store import StoreSource, read_manifest

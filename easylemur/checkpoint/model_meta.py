@@ -33,6 +33,8 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
+from easylemur.chat.files import hf_dir_chat_template
+from easylemur.chat.formats import CHAT_FORMATS
 from easylemur.checkpoint.paths import as_path
 from easylemur.checkpoint.store import CheckpointError, Saved, manager, read_saved, restore_items, restore_meta, save
 from easylemur.model.llama import LlamaConfig, param_specs
@@ -114,31 +116,11 @@ def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | No
             **({"tokenizer_config": hf_config} if hf_config is not None else {}), **extra}
 
 
-CHAT_FORMATS = ("chatml", "model")  # meta chat_format: data.sources.*.chat_format of a chat-tuned model, or null
-
-
 def hf_dir_chat_format(path: str | Path) -> Optional[str]:
     """The chat_format a checkpoint of an HF directory records: "model" when its tokenizer has a
     chat template of its own (tokenizer_config.json's `chat_template`, or chat_template.jinja),
     else None (not chat-tuned, as far as anything in the directory says)."""
     return "model" if hf_dir_chat_template(path) else None
-
-
-def hf_dir_chat_template(path: str | Path) -> Optional[str]:
-    """An HF directory's chat template text (the "default" one of a list), None without one."""
-    d = Path(path)
-    cfg_file, jinja = d / "tokenizer_config.json", d / "chat_template.jinja"
-    t = None
-    if cfg_file.is_file():
-        try:
-            t = json.loads(cfg_file.read_text(encoding="utf-8")).get("chat_template")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            t = None  # the tokenizer reader names a malformed file; here it only means "no template"
-    if isinstance(t, list):  # named templates: transformers uses "default"
-        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
-    if not (isinstance(t, str) and t) and jinja.is_file():
-        t = jinja.read_text(encoding="utf-8")
-    return t if isinstance(t, str) and t else None
 
 
 def run_chat_format(config: dict, inherited: Optional[str] = None) -> Optional[str]:

@@ -45,6 +45,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from easylemur.chat.choice import chat_template_for, own_template
+from easylemur.chat.chatml import IM_END, chatml_template
+from easylemur.chat.files import hf_dir_chat_template
 from easylemur.checkpoint import store, model_meta
 from easylemur.convert import hf
 from easylemur.errors import InputError, RunError, add_debug_flag, run_cli
@@ -57,7 +60,7 @@ from easylemur.convert.safetensors_io import (
 )
 from easylemur.tokenizer import load_tokenizer, tokenizer_kind
 from easylemur.tokenizer.hf import extend_hf
-from easylemur.tokenizer.spm import IM_END, extend_model, tokenizer_file
+from easylemur.tokenizer.spm import extend_model, tokenizer_file
 from easylemur.model.vocab import grow_rows
 
 
@@ -440,7 +443,7 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
     cfg = hf.read_hf_config(hf_dir)
     declared = hf.declared_eos_ids(hf_dir)
     # chat-tuned as far as the directory says: its tokenizer has a chat template (meta chat_format)
-    source_template = model_meta.hf_dir_chat_template(hf_dir)
+    source_template = hf_dir_chat_template(hf_dir)
     pairs = hf.check_hf_tensors(hf_dir, hf.index_hf_tensors(hf_dir), cfg)
     store = _store_dtype(param_dtype, pairs)
 
@@ -574,14 +577,11 @@ CHAT_TEMPLATE_CHOICES = ("auto", "chatml", "model", "none")
 
 
 def export_chat_template(saved: model_meta.ModelCheckpoint, tok: Any, choice: str | None = None) -> tuple[Optional[str], str]:
-    """(the chat template an export writes, or None; why, for the log). `choice` None follows the
-    checkpoint's meta chat_format: null none, "chatml" ChatML's, "model" the tokenizer's own; a
-    checkpoint from before the key keeps the old rule (the tokenizer's own, else ChatML's when the
-    tokenizer has the markers). --chat-template: "auto" (the tokenizer's own, else ChatML's),
-    "chatml", "model"; --no-chat-template: "none"."""
-    from easylemur.data.chat import CHAT_TEMPLATE
-    from easylemur.data.chat_template import template_of
-
+    """(the chat template an export writes, or None; why, for the log). `choice` None: the one the
+    checkpoint chats with (`chat.choice.chat_template_for`, THE rule: meta chat_format null none,
+    "chatml" ChatML's, "model" the tokenizer's own; a checkpoint from before the key the tokenizer's
+    own, else ChatML's when the tokenizer has the markers). --chat-template: "auto" (the
+    tokenizer's own, else ChatML's), "chatml", "model"; --no-chat-template: "none"."""
     if choice not in (None,) + CHAT_TEMPLATE_CHOICES:
         raise ConvertError(f"--chat-template {choice}: not one of chatml, model")
     if choice == "none":
@@ -590,31 +590,19 @@ def export_chat_template(saved: model_meta.ModelCheckpoint, tok: Any, choice: st
         if choice is not None:
             raise ConvertError("--chat-template: the checkpoint carries no tokenizer to write a chat template for")
         return None, "none (no tokenizer)"
-    own = template_of(tok) or saved.meta.get("chat_template")  # from-hf keeps one the tokenizer cannot carry
-    # no BOS (Qwen2.5): ChatML's template writes none either, as render_chat starts at <|im_start|>
-    chatml = (CHAT_TEMPLATE if tok.bos_id is not None else CHAT_TEMPLATE.replace("{{ bos_token }}", "")) \
-        if tok.has_chatml else None
-    if choice is not None:
-        want = ("model" if own else "chatml") if choice == "auto" else choice
-        if want == "chatml" and chatml is None:
-            raise ConvertError(f"--chat-template {choice}: the tokenizer has no <|im_start|>/<|im_end|> tokens, which "
-                               "ChatML's template writes")
-        if want == "model" and own is None:
-            raise ConvertError(f"--chat-template {choice}: the tokenizer has no chat template of its own; "
-                               "use --chat-template chatml")
-        return (chatml, "ChatML's (--chat-template)") if want == "chatml" else (own, "the tokenizer's own (--chat-template)")
-    if not saved.has_chat_format:
-        how = "the checkpoint predates meta chat_format, so as before: "
-        if tok.kind == "hf" and own:
-            return own, how + "the tokenizer's own"
-        return chatml, how + ("ChatML's, the tokenizer has its markers" if chatml else "none, the tokenizer has no ChatML")
-    fmt = saved.chat_format
-    if fmt == "chatml":
-        return chatml, "ChatML's (meta chat_format chatml)" if chatml else "none: chat_format chatml but no ChatML tokens"
-    if fmt == "model":
-        return own, ("the tokenizer's own (meta chat_format model)" if own else
-                     "none: chat_format model but the tokenizer carries no template (--chat-template chatml writes ChatML's)")
-    return None, "none: not chat-tuned (meta chat_format null; --chat-template writes one)"
+    if choice is None:
+        template, why = chat_template_for(saved, tok)
+        return template, why if template is not None else f"{why}; --chat-template writes one"
+    own = own_template(tok, saved.meta)
+    chatml = chatml_template(tok)  # no BOS (Qwen2.5): ChatML's template writes none either
+    want = ("model" if own else "chatml") if choice == "auto" else choice
+    if want == "chatml" and chatml is None:
+        raise ConvertError(f"--chat-template {choice}: the tokenizer has no <|im_start|>/<|im_end|> tokens, which "
+                           "ChatML's template writes")
+    if want == "model" and own is None:
+        raise ConvertError(f"--chat-template {choice}: the tokenizer has no chat template of its own; "
+                           "use --chat-template chatml")
+    return (chatml, "ChatML's (--chat-template)") if want == "chatml" else (own, "the tokenizer's own (--chat-template)")
 
 
 def _check_strings(tok: Any) -> list[str]:

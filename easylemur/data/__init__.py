@@ -1,1 +1,1 @@
-"""grain data pipeline: sources, ChatML rendering, packing, mixing, state."""
+"""grain data pipeline: sources, conversation records (rendered by easylemur.chat), packing, mixing, state."""

@@ -46,7 +46,7 @@ from easylemur.data.readers import (
     open_source,
     resolve_files,
 )
-from easylemur.data.chat_template import template_sha256
+from easylemur.chat.template import template_sha256
 from easylemur.data.decontam import document_text
 from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
 from easylemur.data.store import (

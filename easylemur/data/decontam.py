@@ -50,7 +50,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from easylemur.data.chat import ChatFormatError, to_messages
+from easylemur.data.conversations import ChatFormatError, to_messages
 from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, detect_kind, open_source
 from easylemur.data.records import BadRecord, DataError
 

@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from easylemur import storage
-from easylemur.data.chat_template import template_sha256
+from easylemur.chat.template import template_sha256
 from easylemur.data.records import DataError
 from easylemur.data.readers import STORE_MANIFEST
 

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 import grain
 import numpy as np
 
-from easylemur.data import chat as chatlib
-from easylemur.data.chat_template import ChatTemplate, TemplateRejected
+from easylemur.chat.chatml import render_truncated
+from easylemur.chat.template import ChatTemplate, ChatTemplateError, TemplateRejected
+from easylemur.data.conversations import ChatFormatError, to_messages
 from easylemur.data.records import (
     EMPTY,
     INVALID_UTF8,
@@ -34,8 +35,8 @@ class Tokenize(grain.transforms.Map):
     """(where, record) -> {"ids": int32[n], "mask": int8[n]} or a BadRecord (or None for a blank
     line). Text documents become BOS + tokens + EOS, all trained but BOS (a tokenizer without a
     BOS: tokens + EOS, all trained but the first token); conversations are
-    rendered in ChatML (chat_format "chatml", chat.render_truncated) or with the tokenizer's own
-    chat_template ("model", chat_template.ChatTemplate) and truncated to seq_len. A "model"
+    rendered in ChatML (chat_format "chatml", chat.chatml.render_truncated) or with the tokenizer's own
+    chat_template ("model", chat.template.ChatTemplate) and truncated to seq_len. A "model"
     source whose tokenizer has no chat_template fails here, when the pipeline is built."""
 
     def __init__(self, fmt: str, field: str, tokenizer: Tokenizer, seq_len: int, strict: bool, source_name: str,
@@ -43,7 +44,10 @@ class Tokenize(grain.transforms.Map):
         self.fmt = fmt
         self.chat_format = chat_format
         # compiled once per source; pickles as its text (grain pickles this map)
-        self.template = ChatTemplate(tokenizer, source_name) if fmt == "chat" and chat_format == "model" else None
+        try:
+            self.template = ChatTemplate(tokenizer, source_name) if fmt == "chat" and chat_format == "model" else None
+        except ChatTemplateError as e:
+            raise DataError(str(e)) from None
         self.field = field or ("text" if fmt == "text" else "")
         self.tokenizer = tokenizer
         self.seq_len = seq_len
@@ -100,19 +104,21 @@ class Tokenize(grain.transforms.Map):
 
     def _chat(self, where: str, rec: dict) -> dict[str, np.ndarray] | BadRecord:
         try:
-            msgs = chatlib.to_messages(rec, self.field or None)
-        except chatlib.ChatFormatError as e:
+            msgs = to_messages(rec, self.field or None)
+        except ChatFormatError as e:
             return self._bad(e.kind, where, str(e).split(": ", 1)[-1])
         for m in msgs:
             if (err := self._not_utf8(m["content"])) is not None:
                 return self._bad(INVALID_UTF8, where, err)
         if self.template is None:
-            out = chatlib.render_truncated(msgs, self.tokenizer, self.seq_len)
+            out = render_truncated(msgs, self.tokenizer, self.seq_len)
         else:
             try:
                 out = self.template.render_truncated(msgs, self.seq_len)
             except TemplateRejected as e:  # mostly the roles: e.g. "roles must alternate user/assistant"
                 return self._bad(UNKNOWN_ROLE, where, str(e))
+            except ChatTemplateError as e:  # not prefix-stable: the source, not the record
+                raise DataError(str(e)) from None
         if out is None:
             return self._bad(NO_TRAINED_TOKENS, where, f"no assistant token within seq_len={self.seq_len}")
         ids, mask = out

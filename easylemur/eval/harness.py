@@ -206,7 +206,7 @@ class EasylemurLM(TemplateLM):
         add_generation_prompt), and, when the template refuses it, again without the system
         messages. BOS is in the text when the template writes it; tok_encode then adds no second
         one (HFLM's has_bos_prefix rule)."""
-        from easylemur.data.chat_template import TemplateRejected
+        from easylemur.chat.template import TemplateRejected
 
         renderer = self.model.chat_renderer()
         try:

@@ -137,7 +137,7 @@ def open_model(args: Any) -> ModelAccess:
 
     template = None
     if args.chat_template:
-        from easylemur.data.chat_template import read_template_file
+        from easylemur.chat.files import read_template_file
 
         template = read_template_file(args.chat_template)
     loaded = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step)

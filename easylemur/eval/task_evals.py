@@ -89,7 +89,7 @@ def _task(name: str, e: ConfigDict) -> Any:
 class TaskEvals:
     """The run's task evals: `run(step, params)` on due steps, `poll()` every step, `close()`
     at the end (waits for the checks still running, each up to its deadline). `chat_template`:
-    (template or None, why) as `generate.api.chat_template_for` gives it for these weights; None:
+    (template or None, why) as `chat.choice.chat_template_for` gives it for these weights; None:
     from the tokenizer alone."""
 
     def __init__(self, cfg: ConfigDict, model_cfg: Any, tokenizer: Any, mesh: Any, workdir: Any, writer: Any,
@@ -110,8 +110,9 @@ class TaskEvals:
             raise ConfigError(f"eval.tasks has {', '.join(self.agent_tasks)}: multi-turn evals run in a single-process "
                               "run only (their episodes wait on the sandbox between turns); use python -m easylemur.eval "
                               "watch or suite on the checkpoints")
-        # chat prompts render with the template the run's checkpoints chat with (generate.api.chat_template_for)
-        from easylemur.generate.api import AUTO, chat_template_for
+        # chat prompts render with the template the run's checkpoints chat with (chat.choice.chat_template_for)
+        from easylemur.chat.choice import chat_template_for
+        from easylemur.generate.api import AUTO
 
         self.chat = chat_template_for(None, tokenizer) if chat_template in (None, AUTO) else chat_template
         chatty = list(self.agent_tasks) + (list(self.tasks) if self.e.prompt_format == "chatml" else [])
@@ -332,7 +333,7 @@ def make_task_evals(cfg: ConfigDict, run: Any, mesh: Any, workdir: Any, writer: 
     if not task_eval_names(cfg.eval.tasks):
         return None
     from easylemur.checkpoint.model_meta import run_chat_format
-    from easylemur.generate.api import chat_template_for
+    from easylemur.chat.choice import chat_template_for
 
     # the chat_format this run's checkpoints record, so the evals chat as the checkpoints will
     chat = chat_template_for(None, run.tokenizer, run_chat_format(cfg.to_dict(), run.chat_format))

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from easylemur.chat.choice import chat_template_for
 from easylemur.convert import hf
 from easylemur.errors import InputError
 from easylemur.tokenizer.spm import check_text
@@ -20,50 +21,6 @@ Messages = Sequence[Mapping[str, str]]
 # LoadedModel(chat_template=AUTO): decided by chat_template_for from the tokenizer alone (weights
 # built in a process, as a training run's task evals build them)
 AUTO = "<auto>"
-_UNKNOWN = object()  # chat_format not recorded (a checkpoint from before meta chat_format)
-
-
-def chat_template_for(source: Any, tokenizer: Any, chat_format: Any = _UNKNOWN) -> tuple[Optional[str], str]:
-    """THE rule for which chat template a model chats with, everywhere (the server, `generate
-    --chat`, `LoadedModel.chat`, lm-eval's --apply_chat_template, the task evals): the one its
-    HF files carry, so that easylemur, transformers and vLLM render the same prompt. Returns
-    (the template text or None, why, for messages).
-
-    - `source` an HF directory (a path): its tokenizer's own (tokenizer_config.json's
-      `chat_template`, the "default" of a list, else chat_template.jinja), as transformers and
-      vLLM read it; a directory without one is a base model (None);
-    - `source` a checkpoint (`model_meta.ModelCheckpoint`): the template its to-hf export
-      writes (convert.cli.export_chat_template without flags, which tests/test_generate.py holds
-      equal to this): meta chat_format "chatml" ChatML's, "model" the tokenizer's own (or the one
-      from-hf kept in meta chat_template), null none; a checkpoint from before the key: the
-      tokenizer's own when it is an HF tokenizer with one, else ChatML's when it has the markers;
-    - `source` None (weights in this process, a training run's): the same rule for
-      `chat_format` (what the run's checkpoints record; not given: as before the key)."""
-    from easylemur.checkpoint import model_meta
-    from easylemur.data.chat_template import chatml_template, template_of
-
-    if tokenizer is None:
-        return None, "the model has no tokenizer"
-    if isinstance(source, (str, Path)):
-        template = model_meta.hf_dir_chat_template(source)
-        if template is None:
-            return None, f"{source}: its tokenizer has no chat_template (a base model)"
-        return template, "the tokenizer's own (the HF directory's chat_template)"
-    meta = dict(source.meta) if source is not None else {} if chat_format is _UNKNOWN else {"chat_format": chat_format}
-    own = template_of(tokenizer) or meta.get("chat_template")  # from-hf keeps one the tokenizer cannot carry
-    chatml = chatml_template(tokenizer)
-    if "chat_format" not in meta:
-        if tokenizer.kind == "hf" and own:
-            return own, "the tokenizer's own (no meta chat_format, as before the key)"
-        return chatml, ("ChatML's (no meta chat_format, as before the key)" if chatml else
-                        "no meta chat_format and no ChatML tokens in the tokenizer")
-    fmt = meta["chat_format"]
-    if fmt == "chatml":
-        return chatml, "ChatML's (meta chat_format chatml)" if chatml else "meta chat_format chatml but no ChatML tokens"
-    if fmt == "model":
-        return own, ("the tokenizer's own (meta chat_format model)" if own else
-                     "meta chat_format model but the tokenizer carries no template")
-    return None, "not chat-tuned: meta chat_format null"
 
 
 @dataclasses.dataclass
@@ -134,9 +91,9 @@ class LoadedModel:
         self.chat_template, self.chat_template_why, self._renderer = template, why, None
 
     def chat_renderer(self):
-        """The `ChatRenderer` of this model's chat template (data/chat_template.py); an
+        """The `ChatRenderer` of this model's chat template (chat/renderer.py); an
         InputError saying why for a model without one (a base model: give a template)."""
-        from easylemur.data.chat_template import ChatRenderer
+        from easylemur.chat.renderer import ChatRenderer
 
         if self.chat_template is None:
             raise InputError(f"{self.path}: no chat template ({self.chat_template_why}), so not a chat model; give it "
@@ -150,7 +107,7 @@ class LoadedModel:
         transformers' apply_chat_template(messages, add_generation_prompt=True) gives them from
         this model's chat template. InputError for a model without one or a conversation its
         template refuses."""
-        from easylemur.data.chat_template import TemplateRejected
+        from easylemur.chat.template import TemplateRejected
 
         renderer = self.chat_renderer()
         try:

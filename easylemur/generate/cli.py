@@ -44,7 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise InputError("--chat-template FILE: only with --chat")
     template = None
     if args.chat_template is not None:
-        from easylemur.data.chat_template import read_template_file
+        from easylemur.chat.files import read_template_file
 
         template = read_template_file(args.chat_template)
     if args.max_new_tokens < 1:

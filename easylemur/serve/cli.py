@@ -55,7 +55,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise InputError(f"{flag}={v} must be >= 1")
     template = None
     if args.chat_template is not None:  # before the model loads: a bad file is a quick error
-        from easylemur.data.chat_template import read_template_file
+        from easylemur.chat.files import read_template_file
 
         template = read_template_file(args.chat_template)
     model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)

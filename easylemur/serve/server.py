@@ -273,7 +273,7 @@ class Service:
         # start); the model's own may not (a base model: None), which its chat requests are told
         self.renderer, self.chat_error = None, None
         if chat_template is not None:
-            from easylemur.data.chat_template import ChatRenderer
+            from easylemur.chat.renderer import ChatRenderer
 
             self.renderer = ChatRenderer(self.tok, chat_template, chat_template_why or "--chat-template")
             self.chat_why = chat_template_why or "--chat-template"
@@ -374,7 +374,7 @@ class Service:
     def chat_ids(self, msgs: list) -> list[int]:
         """The prompt ids of a `messages` list, as apply_chat_template(messages,
         add_generation_prompt=True) gives them from the served chat template."""
-        from easylemur.data.chat_template import TemplateRejected
+        from easylemur.chat.template import TemplateRejected
 
         if not isinstance(msgs, list) or not msgs:
             raise RequestError("'messages' is required: a non-empty list of {role, content}", "messages")

@@ -1,7 +1,7 @@
 """Tokenizers: `spm.py` (sentencepiece, as Llama-2 ships it; ChatML pieces; HF tokenizer files;
 the CLI), `hf.py` (HF `tokenizers`' tokenizer.json: Llama-3, Qwen2.5, DeepSeek-Coder), and
-`load_tokenizer`, which picks the kind a path holds. Imports only `errors` and the ChatML
-renderer (`data.chat`)."""
+`load_tokenizer`, which picks the kind a path holds. Imports only `errors` and ChatML's markers
+and template (`chat.chatml`, the floor below)."""
 
 from __future__ import annotations
 

@@ -12,9 +12,10 @@ import json
 import os
 from typing import Sequence
 
+from easylemur.chat.chatml import CHATML_TOKENS
 from easylemur.errors import add_debug_flag, run_cli
 from easylemur.tokenizer import load_tokenizer, tokenizer_kind
-from easylemur.tokenizer.spm import CHATML_TOKENS, DEFAULT_TOKENIZER_PATH, Tokenizer, TokenizerError, extend_model, tokenizer_file
+from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH, Tokenizer, TokenizerError, extend_model, tokenizer_file
 
 
 def _cli_model(path: str | None) -> Tokenizer:

@@ -11,7 +11,7 @@ does), nothing added around the text. BOS,
 EOS and pad come from `tokenizer_config.json` beside it (a string or an AddedToken dict each).
 `bos_id` is None when the tokenizer has no BOS (`bos_token` null, as Qwen2.5, or
 `add_bos_token: false`): documents are then framed as tokens + EOS (data/tokenize.py) and
-conversations start at their first `<|im_start|>` (data/chat.py). `decode` is lossless: no
+conversations start at their first `<|im_start|>` (chat/chatml.py). `decode` is lossless: no
 `clean_up_tokenization_spaces`, special tokens kept.
 """
 
@@ -27,7 +27,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from tokenizers import Tokenizer as _HFTokenizer
 
-from easylemur.tokenizer.spm import CHATML_TOKENS, IM_END, IM_START, TokenizerError
+from easylemur.chat.chatml import CHATML_TOKENS, IM_END, IM_START, chatml_template
+from easylemur.tokenizer.spm import TokenizerError
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -179,7 +180,7 @@ class HFTokenizer:
 
     def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """`encode(text)` and each token's (start, end) character offsets in `text`: how
-        data/chat_template.py maps a chat template's assistant spans to tokens, as transformers'
+        chat/template.py maps a chat template's assistant spans to tokens, as transformers'
         return_assistant_tokens_mask does."""
         enc = self.tok.encode_batch([text], add_special_tokens=False)[0]  # the batch API releases the GIL
         return enc.ids, enc.offsets
@@ -223,11 +224,8 @@ class HFTokenizer:
         if not write_chat_template:
             cfg.pop("chat_template", None)
             chat_template = None
-        elif chat_template is None and not cfg.get("chat_template") and self.has_chatml:
-            from easylemur.data.chat import CHAT_TEMPLATE
-
-            # no BOS: the template writes none either (render_chat starts at <|im_start|>)
-            chat_template = CHAT_TEMPLATE if self.bos_id is not None else CHAT_TEMPLATE.replace("{{ bos_token }}", "")
+        elif chat_template is None and not cfg.get("chat_template"):
+            chat_template = chatml_template(self)  # no BOS: the template writes none either (as render_chat)
         if chat_template:
             cfg["chat_template"] = chat_template
         (out / TOKENIZER_CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")

@@ -29,11 +29,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from easylemur.chat.chatml import CHAT_TEMPLATE, CHATML_TOKENS, IM_END, IM_START
 from easylemur.errors import InputError
 
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-CHATML_TOKENS = (IM_START, IM_END)
 DEFAULT_TOKENIZER_PATH = str(Path(__file__).resolve().parents[2] / "tokenizer" / "easylemur_bpe.model")
 
 
@@ -265,8 +263,6 @@ class Tokenizer:
         if not write_chat_template:
             chat_template = None
         elif chat_template is None:
-            from easylemur.data.chat import CHAT_TEMPLATE
-
             chat_template = CHAT_TEMPLATE if self.has_chatml else None
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

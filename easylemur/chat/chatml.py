@@ -1,5 +1,6 @@
-"""THE ChatML renderer (training, the HF export's template, and the chat prompts of a ChatML
-model with a sentencepiece tokenizer, through data.chat_template.ChatRenderer, use this module).
+"""ChatML, easylemur's chat format: its markers, its template text and THE token-level renderer
+(training, the HF export's template, and the chat prompts of a ChatML model with a
+sentencepiece tokenizer, through renderer.ChatRenderer, use this module).
 
 Each message renders as `<|im_start|>{role}\\n{content}<|im_end|>\\n`; the conversation starts
 with BOS. The loss covers each assistant message's content, its `<|im_end|>` and the `\\n` after
@@ -19,22 +20,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Sequence
 
-from easylemur.data.records import EMPTY, MISSING_FIELD, NOT_A_STRING, UNKNOWN_ROLE
-from easylemur.errors import InputError
-
-ROLES = ("system", "user", "assistant")
-# ShareGPT `from` values seen in the wild -> ChatML roles
-SHAREGPT_ROLES = {
-    "system": "system",
-    "human": "user",
-    "user": "user",
-    "gpt": "assistant",
-    "chatgpt": "assistant",
-    "assistant": "assistant",
-    "bing": "assistant",
-    "bard": "assistant",
-    "model": "assistant",
-}
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+CHATML_TOKENS = (IM_START, IM_END)  # the markers, as tokenizer pieces (tokenizer extend-chatml adds them)
 
 # Renders the same text as render_chat / render_prompt (HF tokenizer_config.json "chat_template").
 CHAT_TEMPLATE = (
@@ -46,79 +34,12 @@ CHAT_TEMPLATE = (
 )
 
 
-class ChatFormatError(InputError):
-    """A record that is not a usable conversation; `kind` is one of the bad-record kinds."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(f"{kind}: {message}")
-        self.kind = kind
-
-
-Message = dict[str, str]
-
-
-def _message(role: Any, content: Any, i: int, roles: Mapping[str, str] | None) -> Message:
-    if not isinstance(role, str):
-        raise ChatFormatError(UNKNOWN_ROLE, f"message {i}: role {role!r} is not a string")
-    mapped = (roles or {r: r for r in ROLES}).get(role if roles is None else role.lower())
-    if mapped is None:
-        raise ChatFormatError(UNKNOWN_ROLE, f"message {i}: unknown role {role!r}")
-    if not isinstance(content, str):
-        raise ChatFormatError(NOT_A_STRING, f"message {i}: content is {type(content).__name__}, not a string")
-    return {"role": mapped, "content": content}
-
-
-def _from_list(items: Any, field: str) -> list[Message]:
-    if not isinstance(items, list):
-        raise ChatFormatError(NOT_A_STRING if items is not None else MISSING_FIELD,
-                              f"field {field!r} is {type(items).__name__}, not a list of messages")
-    out = []
-    for i, m in enumerate(items):
-        if not isinstance(m, dict):
-            raise ChatFormatError(MISSING_FIELD, f"message {i} is {type(m).__name__}, not an object")
-        if "role" in m or "content" in m:
-            if "role" not in m or "content" not in m:
-                raise ChatFormatError(MISSING_FIELD, f"message {i} lacks 'role' or 'content'")
-            out.append(_message(m["role"], m["content"], i, None))
-        elif "from" in m or "value" in m:
-            if "from" not in m or "value" not in m:
-                raise ChatFormatError(MISSING_FIELD, f"message {i} lacks 'from' or 'value'")
-            out.append(_message(m["from"], m["value"], i, SHAREGPT_ROLES))
-        else:
-            raise ChatFormatError(MISSING_FIELD, f"message {i} has neither role/content nor from/value")
-    if not out:
-        raise ChatFormatError(EMPTY, f"field {field!r} holds no messages")
-    return out
-
-
-def to_messages(record: Mapping[str, Any], field: str | None = None) -> list[Message]:
-    """OpenAI `messages`, ShareGPT `conversations` or OpenOrca `system_prompt`/`question`/
-    `response` -> a list of {"role", "content"}. Raises ChatFormatError for bad records."""
-    if not isinstance(record, Mapping):
-        raise ChatFormatError(MISSING_FIELD, f"record is {type(record).__name__}, not an object")
-    if field:
-        if field not in record:
-            raise ChatFormatError(MISSING_FIELD, f"record has no field {field!r}")
-        return _from_list(record[field], field)
-    if "messages" in record:
-        return _from_list(record["messages"], "messages")
-    if "conversations" in record:
-        return _from_list(record["conversations"], "conversations")
-    if "question" in record or "response" in record:
-        msgs = []
-        for key, role in (("system_prompt", "system"), ("question", "user"), ("response", "assistant")):
-            if key not in record:
-                if key == "system_prompt":
-                    continue
-                raise ChatFormatError(MISSING_FIELD, f"OpenOrca-style record has no {key!r}")
-            v = record[key]
-            if not isinstance(v, str):
-                raise ChatFormatError(NOT_A_STRING, f"field {key!r} is {type(v).__name__}, not a string")
-            if key == "system_prompt" and not v:
-                continue  # OpenOrca leaves it empty for many rows: no system turn
-            msgs.append({"role": role, "content": v})
-        return msgs
-    raise ChatFormatError(MISSING_FIELD, "record has none of 'messages', 'conversations', 'question'/'response'")
+def chatml_template(tokenizer: Any) -> str | None:
+    """ChatML's template for a tokenizer with the markers (its BOS written only when it has one,
+    as render_prompt starts), None without them: the text to-hf writes for a chatml model."""
+    if tokenizer is None or not tokenizer.has_chatml:
+        return None
+    return CHAT_TEMPLATE if tokenizer.bos_id is not None else CHAT_TEMPLATE.replace("{{ bos_token }}", "")
 
 
 def _bos(tokenizer) -> tuple[list[int], list[int]]:

@@ -1,6 +1,7 @@
 """`chat_format: model`: conversations rendered with the tokenizer's own Jinja `chat_template`
-(Llama-3-Instruct, Qwen2.5, ...) instead of ChatML (chat.py), the loss on exactly the assistant
-spans (docs/design.md, "Model chat templates").
+(Llama-3-Instruct, Qwen2.5, ...) instead of ChatML (chatml.py), the loss on exactly the assistant
+spans (docs/design.md, "Model chat templates"). `jinja_environment` is the one environment every
+chat template renders in (renderer.ChatRenderer's too).
 
 Rendering is transformers' `apply_chat_template`: a sandboxed Jinja environment (trim_blocks,
 lstrip_blocks, `raise_exception`, `strftime_now`, its `tojson`), with `messages`,
@@ -8,7 +9,7 @@ lstrip_blocks, `raise_exception`, `strftime_now`, its `tojson`), with `messages`
 tokenizer_config.json (`bos_token`, `eos_token`, ...) as variables. The ids are those of the
 whole rendered text encoded with add_special_tokens=False, as `apply_chat_template(tokenize=True)`
 gives them. The template comes from tokenizer_config.json's `chat_template` (the "default" one of
-a list), else a `chat_template.jinja` beside it.
+a list), else a `chat_template.jinja` beside it (files.py).
 
 The assistant spans (mask 1; a token is trained when its character offsets overlap a span):
 
@@ -16,7 +17,7 @@ The assistant spans (mask 1; a token is trained when its character offsets overl
   transformers' `return_assistant_tokens_mask=True`;
 - otherwise by rendering prefixes: for assistant message i, P = messages[:i] with
   add_generation_prompt=True and Q = messages[:i+1]; Q must start with P and the whole text
-  with Q (the template is "prefix-stable"; else a DataError), and the span is Q[len(P):]. It
+  with Q (the template is "prefix-stable"; else a ChatTemplateError), and the span is Q[len(P):]. It
   holds the content and the end-of-turn text the template writes after it (`<|im_end|>\\n`,
   `<|eot_id|>`), which is trained so that the model learns to stop.
 
@@ -24,11 +25,13 @@ BOS exactly once: easylemur trains every document with BOS, so when the tokenize
 (`bos_id` not None) and the rendered ids do not start with it, it is prepended (mask 0); a
 template that writes `bos_token` itself gets no second one.
 
-Truncation is chat.render_truncated's: the conversation ends at its last assistant turn; when
+Truncation is chatml.render_truncated's: the conversation ends at its last assistant turn; when
 it is longer than seq_len, the longest prefix of whole turns ending with an assistant turn that
 fits (rendered as the template renders that shorter conversation), else the first assistant
 turn's conversation cut at seq_len; None when no trained token is left. A template that refuses
 a conversation (`raise_exception`, an undefined value) gives `TemplateRejected`, a bad record.
+A template that cannot serve a source at all gives `ChatTemplateError` (data turns it into its
+DataError).
 """
 
 from __future__ import annotations
@@ -41,12 +44,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from easylemur.data.records import DataError
+from easylemur.chat.files import CHAT_TEMPLATE_FILE, default_template
+from easylemur.errors import InputError
 
 # the special tokens transformers passes to a template (its `special_tokens_map`), when set
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
-CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where newer HF checkpoints keep it, beside tokenizer_config.json
+
+
+class ChatTemplateError(InputError):
+    """A tokenizer's chat template that cannot serve a source (none, not compiling, not
+    prefix-stable); the message names the source and the tokenizer."""
 
 
 class TemplateRejected(Exception):
@@ -60,14 +68,17 @@ def _token_text(v: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
+def special_tokens(config: Mapping[str, Any]) -> dict[str, str]:
+    """The special-token variables a template sees, from a tokenizer_config.json."""
+    return {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(config.get(k))) is not None}
+
+
 def template_of(tokenizer: Any) -> str | None:
     """The tokenizer's chat template text, None when it has none (or is not an HF tokenizer)."""
     if getattr(tokenizer, "kind", None) != "hf":
         return None
-    t = tokenizer.config.get("chat_template")
-    if isinstance(t, list):  # named templates, as transformers saves several: it uses "default"
-        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
-    if isinstance(t, str) and t:
+    t = default_template(tokenizer.config.get("chat_template"))
+    if t is not None:
         return t
     f = Path(tokenizer.model_path).parent / CHAT_TEMPLATE_FILE
     return f.read_text(encoding="utf-8") if f.is_file() else None
@@ -87,7 +98,7 @@ class _Recorder:
         self.spans: list[tuple[int, int]] = []
 
 
-def _environment():
+def jinja_environment():
     """The sandboxed Jinja environment transformers renders chat templates in."""
     import jinja2
     from jinja2 import nodes
@@ -143,29 +154,29 @@ class ChatTemplate:
     def __init__(self, tokenizer: Any, source_name: str):
         path = getattr(tokenizer, "model_path", "?")
         if getattr(tokenizer, "kind", None) != "hf":
-            raise DataError(f"source '{source_name}': chat_format: model needs a tokenizer_config.json chat_template, "
-                            f"and tokenizer {path} is a sentencepiece model (use a tokenizer.json with one, or "
-                            "chat_format: chatml)")
+            raise ChatTemplateError(f"source '{source_name}': chat_format: model needs a tokenizer_config.json "
+                                    f"chat_template, and tokenizer {path} is a sentencepiece model (use a tokenizer.json "
+                                    "with one, or chat_format: chatml)")
         template = template_of(tokenizer)
         if template is None:
-            raise DataError(f"source '{source_name}': chat_format: model needs a tokenizer_config.json chat_template; "
-                            f"tokenizer {path} has none (add one, or use chat_format: chatml)")
+            raise ChatTemplateError(f"source '{source_name}': chat_format: model needs a tokenizer_config.json "
+                                    f"chat_template; tokenizer {path} has none (add one, or use chat_format: chatml)")
         self.tokenizer = tokenizer
         self.source_name = source_name
         self.template = template
         self.tracked = GENERATION_TAG.search(template) is not None
-        self.variables = {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(tokenizer.config.get(k))) is not None}
+        self.variables = special_tokens(tokenizer.config)
         self._compile()
 
     def _compile(self) -> None:
         import jinja2
 
         try:
-            self._compiled = _environment().from_string(self.template)
+            self._compiled = jinja_environment().from_string(self.template)
         except jinja2.TemplateError as e:
             msg = str(e).replace("\n", " ")
-            raise DataError(f"source '{self.source_name}': the chat_template of tokenizer {self.tokenizer.model_path} "
-                            f"does not compile: {msg}") from None
+            raise ChatTemplateError(f"source '{self.source_name}': the chat_template of tokenizer "
+                                    f"{self.tokenizer.model_path} does not compile: {msg}") from None
         self._recorder = self._compiled.environment.generation_recorder
 
     def __getstate__(self):
@@ -204,11 +215,11 @@ class ChatTemplate:
             p, _ = self.render(msgs[:i], add_generation_prompt=True)
             q = text if i == len(msgs) - 1 else self.render(msgs[:i + 1])[0]
             if not (q.startswith(p) and text.startswith(q)):
-                raise DataError(f"source '{self.source_name}': chat_format: model: the chat_template of tokenizer "
-                                f"{self.tokenizer.model_path} is not prefix-stable (messages[:{i}] with the generation "
-                                f"prompt, messages[:{i + 1}] and the whole conversation do not extend one another), so "
-                                "the assistant spans are unknown; add {% generation %} blocks to it or use "
-                                "chat_format: chatml")
+                raise ChatTemplateError(f"source '{self.source_name}': chat_format: model: the chat_template of "
+                                        f"tokenizer {self.tokenizer.model_path} is not prefix-stable (messages[:{i}] with "
+                                        f"the generation prompt, messages[:{i + 1}] and the whole conversation do not "
+                                        "extend one another), so the assistant spans are unknown; add {% generation %} "
+                                        "blocks to it or use chat_format: chatml")
             spans.append((len(p), len(q)))
         return text, spans
 
@@ -272,117 +283,3 @@ class ChatTemplate:
         else:
             ids, mask = upto(best)
         return (ids, mask) if any(mask) else None
-
-
-# ---------------------------------------------------------------------------- chat prompts
-
-def chatml_template(tokenizer: Any) -> str | None:
-    """ChatML's template for a tokenizer with the markers (its BOS written only when it has one,
-    as render_prompt starts), None without them: the text to-hf writes for a chatml model."""
-    from easylemur.data.chat import CHAT_TEMPLATE
-
-    if tokenizer is None or not tokenizer.has_chatml:
-        return None
-    return CHAT_TEMPLATE if tokenizer.bos_id is not None else CHAT_TEMPLATE.replace("{{ bos_token }}", "")
-
-
-class ChatRenderer:
-    """A model's chat prompts, as transformers' `apply_chat_template(messages,
-    add_generation_prompt=True)` makes them from the same template (`text`, `prompt_ids`): the
-    server, `generate --chat`, lm-eval's --apply_chat_template and the task evals all render
-    through one (`LoadedModel.chat_renderer`; which template: `generate.api.chat_template_for`).
-
-    The text is the template's, rendered as `ChatTemplate.render` renders it (transformers'
-    sandboxed environment, the tokenizer's special tokens as variables). The ids: an HF
-    tokenizer encodes the whole text (add_special_tokens=False, nothing added: a template that
-    writes `bos_token` gets its BOS from the text, one that does not gets none, exactly as
-    transformers); a sentencepiece tokenizer renders ChatML's template only, through the
-    token-level renderer (data.chat.render_prompt: the ids its exported tokenizer.json gives the
-    text, tests/test_chat.py), because sentencepiece reads a literal `<s>` as text where HF
-    reads BOS. Raises InputError for a template it cannot render (naming `where`)."""
-
-    def __init__(self, tokenizer: Any, template: str, where: str = "the model"):
-        from easylemur.errors import InputError
-
-        if tokenizer is None:
-            raise InputError(f"{where}: no tokenizer, so no chat prompts")
-        self.tok, self.template, self.where = tokenizer, template, where
-        self.hf = getattr(tokenizer, "kind", None) == "hf"
-        if not self.hf and template != chatml_template(tokenizer):
-            raise InputError(f"{where}: a chat template other than ChatML's needs an HF tokenizer (tokenizer.json); "
-                             f"tokenizer {tokenizer.model_path} is a sentencepiece model")
-        if self.hf:
-            self.variables = {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(tokenizer.config.get(k))) is not None}
-        else:
-            unk = tokenizer.sp.unk_id()
-            self.variables = {k: tokenizer.id_to_piece(i) for k, i in (("bos_token", tokenizer.bos_id),
-                              ("eos_token", tokenizer.eos_id), ("unk_token", unk)) if i is not None and i >= 0}
-        import jinja2
-
-        try:
-            self._compiled = _environment().from_string(template)
-        except jinja2.TemplateError as e:
-            raise InputError(f"{where}: the chat template does not compile: {e}".replace("\n", " ")) from None
-
-    def text(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
-             continue_final_message: bool = False) -> str:
-        """The rendered conversation, as transformers' apply_chat_template(tokenize=False).
-        `continue_final_message`: the last message is left open (the text ends with its content),
-        by transformers' own rule: its content is tagged, rendered, and cut at the tag.
-        Raises TemplateRejected when the template refuses the conversation."""
-        msgs = [dict(m) for m in messages]
-        tag = "CONTINUE_FINAL_MESSAGE_TAG "
-        if continue_final_message:
-            if not msgs:
-                raise TemplateRejected("continue_final_message: the conversation is empty")
-            final = msgs[-1]["content"]
-            msgs[-1]["content"] = final + tag
-        variables = {**self.variables, "messages": msgs, "tools": None, "documents": None,
-                     "add_generation_prompt": add_generation_prompt}
-        try:
-            text = "".join(self._compiled.generate(**variables))
-        except Exception as e:  # the template's raise_exception, an undefined value, a type error in it
-            raise TemplateRejected(f"the chat template rejects it: {type(e).__name__}: {e}".replace("\n", " ")) from None
-        if continue_final_message:
-            if final.strip() not in text or tag.strip() not in text:
-                raise TemplateRejected("the chat template drops part of the final message, which cannot be continued")
-            at = text.rindex(tag.strip())
-            text = text[:at] if text[at:at + len(tag)] == tag else text[:at].rstrip()
-        return text
-
-    def prompt_ids(self, messages: Sequence[Mapping[str, str]], assistant_prefix: str = "") -> list[int]:
-        """The ids of the conversation and the generation prompt (the assistant's turn opened),
-        then `assistant_prefix`, text the reply starts with. Raises TemplateRejected."""
-        if not self.hf:
-            from easylemur.data.chat import render_prompt
-
-            prefix = self.tok.encode(assistant_prefix, continuation=True) if assistant_prefix else []
-            return render_prompt(messages, self.tok) + prefix
-        return list(self.tok.encode(self.text(messages) + assistant_prefix))
-
-
-def read_template_file(path: str, flag: str = "--chat-template") -> str:
-    """A chat template given on the command line: a Jinja file (as vLLM's --chat-template), or a
-    tokenizer_config.json whose `chat_template` it is. InputError naming the file otherwise."""
-    from easylemur.errors import InputError
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{flag} {path}: {'is a directory' if p.is_dir() else 'does not exist'}; give a Jinja file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{flag} {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at byte {e.start})") from None
-    if p.suffix == ".json":
-        try:
-            t = json.loads(text).get("chat_template")
-        except (json.JSONDecodeError, AttributeError):
-            t = None
-        if isinstance(t, list):
-            t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
-        if not (isinstance(t, str) and t):
-            raise InputError(f"{flag} {path}: a JSON file without a chat_template string")
-        return t
-    if not text.strip():
-        raise InputError(f"{flag} {path}: the file is empty")
-    return text
