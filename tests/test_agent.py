@@ -78,6 +78,7 @@ def humaneval_script(problems):
     return chat
 
 
+@pytest.mark.slow
 def test_feedback_loop_turn_by_turn(sandbox, problems):
     task = agent.MHumanEval(list(problems.values()))
     with ScriptedEndpoint(chat=humaneval_script(problems)) as ep:
@@ -257,6 +258,7 @@ def test_a_database_larger_than_the_sandboxs_file_cap_gets_a_sized_sandbox(tmp_p
     assert sql.sized_sandbox(big, task.problems) is big
 
 
+@pytest.mark.slow
 def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     """`python -m easylemur.eval suite --endpoint URL` produces the table: the code row from
     completions, the agent rows from episodes with the rates the scripts were designed for,
@@ -331,6 +333,7 @@ def _mc_suite(tmp_path: Path) -> tuple[Path, Path]:
     return suite, tmp_path / "tasks"
 
 
+@pytest.mark.slow
 def test_a_suite_of_ones_own_and_its_errors(tmp_path):
     """A suite is data: a user's own file runs; an endpoint's loglikelihood row without a
     tokenizer is a skipped row that says what to pass; a malformed suite is one line naming the key."""

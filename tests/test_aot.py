@@ -48,6 +48,7 @@ def test_accelerator_names_map_to_what_their_vms_present():
 GiB = 2**30
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_aot_checks_on_a_host_without_chips_run_side_by_side():
     """libtpu's lockfile guards chips; a compile-only libtpu holds none, so two AOT checks at

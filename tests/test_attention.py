@@ -71,6 +71,7 @@ def _rel(a, b) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,bound", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
 def test_splash_equals_reference(dtype, bound):
     """Two 128-token tiles per row, grouped-query heads (2 per kv head), packed rows. bf16's
@@ -87,6 +88,7 @@ def test_splash_equals_reference(dtype, bound):
         assert _rel(g, r) <= bound, (name, _rel(g, r))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 1), (6, 3)])
 def test_splash_sharded_over_a_mesh(heads, kv_heads):
     """Under shard_map on a data 2 x fsdp 2 x tensor 2 mesh: query heads split over tensor, and
@@ -168,6 +170,7 @@ def test_auto_choice():
     np.testing.assert_array_equal(attention(q, k, v, seg), attention(q, k, v, seg, impl="dense"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,bound", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
 def test_flash_equals_reference(dtype, bound):
     """flash (what auto runs on a CPU): four 64-token tiles per row, so tiles past the diagonal
@@ -200,6 +203,7 @@ def test_flash_sharded_over_a_mesh():
         assert _rel(g, r) <= 1e-5, (name, _rel(g, r))
 
 
+@pytest.mark.slow
 def test_cudnn_refuses_without_cudnn():
     """This machine has no NVIDIA GPU: model.attention=cudnn is a one-line AttentionError (an
     InputError) that names the setting, not a crash inside the call."""
@@ -226,6 +230,7 @@ def _runs(*lengths_per_row):
     return jnp.asarray(np.array(rows, np.int32))
 
 
+@pytest.mark.slow
 def test_cudnn_segments_give_the_reference_mask():
     """The seqlens/offsets cuDNN is given for packed rows (runs of segment ids) describe exactly
     attention_mask's mask: one document, several, padding at the end (segment 0 attends to

@@ -268,6 +268,7 @@ def starts(cloud) -> list[str]:
 FAST = ["--poll", "0.2", "--backoff", "0", "--stop-timeout", "10"]
 
 
+@pytest.mark.slow
 def test_two_preemptions_of_a_two_slice_queued_resource(cloud):
     """Two slices of two workers each, created by babysit.sh; two preemptions (the queued
     resource SUSPENDED, then PREEMPTED, every run killed): each is deleted, created, set up and
@@ -307,6 +308,7 @@ def test_two_preemptions_of_a_two_slice_queued_resource(cloud):
     assert (cloud.bucket / "bkt" / "run" / "checkpoints" / "30").is_dir()
 
 
+@pytest.mark.slow
 def test_crashing_runs_exhaust_the_retries(cloud):
     """A TPU VM that stays up; the command exits 1 every time: relaunched (no recreate) up to
     --max-restarts, then one line says the retries are exhausted and babysit exits 1."""
@@ -341,6 +343,7 @@ def test_a_first_launch_that_keeps_failing_is_bounded_too(cloud):
     assert not any(c[3:4] == ["ssh"] and "nohup setsid" in c[-1] for c in cloud.calls())
 
 
+@pytest.mark.slow
 def test_adopts_a_running_launch_and_exits_0_when_it_finishes(cloud):
     """A run launch.sh started: babysit.sh watches it (no second launch) until it exits 0."""
     assert cloud.run("create.sh", *WHERE, "--type", "v4-16").returncode == 0

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,6 +21,7 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_gpu_mfu_builds_its_configs_and_refuses_without_a_gpu():
     dry = _run("gpu_mfu.py", "--dry-run")
     assert dry.returncode == 0, dry.stderr
@@ -32,6 +35,7 @@ def test_gpu_mfu_builds_its_configs_and_refuses_without_a_gpu():
     assert bad.returncode == 2 and "--models: '13b' is not one of 1b, 7b" in bad.stderr, bad.stderr
 
 
+@pytest.mark.slow
 def test_train_throughput_reports_its_json():
     """A tiny model, easylemur alone: the last line holds tokens/s, the matmul ceiling measured in
     the same run and the fraction of it, and no transformers figures."""
@@ -49,6 +53,7 @@ def test_train_throughput_reports_its_json():
     assert bad.returncode == 2 and "heads must divide hidden" in bad.stderr, bad.stderr
 
 
+@pytest.mark.slow
 def test_data_scale_reports_every_measurement(tmp_path):
     """A 2 MB corpus, one tokenize worker, a few reader steps: every figure is there, the resumed
     batches are the uninterrupted run's, and each of four data shards reads under half of what one reads."""
@@ -64,6 +69,7 @@ def test_data_scale_reports_every_measurement(tmp_path):
     assert (tmp_path / "data_scale.jsonl").exists() and "reader: tokens/s (steady)" in run.stdout
 
 
+@pytest.mark.slow
 def test_data_throughput_reports_hf_against_sentencepiece(tmp_path):
     """Both tokenizer kinds in one run, a fraction of a second each: per tokenizer the raw and
     pipeline lines with tokens/s and bytes/s, then the BPE's "vs" line against sentencepiece."""

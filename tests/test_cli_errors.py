@@ -82,6 +82,7 @@ def ckpt(hf_dir, tmp_path_factory) -> Path:
 # ----------------------------------------------------------------------------- generate
 
 
+@pytest.mark.slow
 def test_chat_with_non_utf8_stdin_is_bad_input_naming_the_line(ckpt, tmp_path):
     from easylemur.chat.chatml import CHAT_TEMPLATE
 
@@ -93,6 +94,7 @@ def test_chat_with_non_utf8_stdin_is_bad_input_naming_the_line(ckpt, tmp_path):
     assert "stdin line 2" in line and "0xff" in line, line
 
 
+@pytest.mark.slow
 def test_undecodable_prompt_argument_is_bad_input_naming_the_flag(ckpt):
     # invalid UTF-8 in argv reaches Python as a lone surrogate (U+DCFF)
     p = cli("generate", "--checkpoint", ckpt, "--prompt", b"def f\xff(x):", "--max-new-tokens", "4")
@@ -107,6 +109,7 @@ def test_max_new_tokens_beyond_the_context_is_bad_input_naming_value_and_limit(c
     assert "1000000000" in line and f"max_position_embeddings={CONTEXT}" in line, line
 
 
+@pytest.mark.slow
 def test_api_refuses_undecodable_text_and_too_long_generations_before_compiling(ckpt):
     model = easylemur.load(ckpt)
     with pytest.raises(InputError, match=r"prompt 1: .*U\+D800 at character 2"):
@@ -122,6 +125,7 @@ def test_api_refuses_undecodable_text_and_too_long_generations_before_compiling(
 # ----------------------------------------------------------------------------- workdir, init.from
 
 
+@pytest.mark.slow
 def test_workdir_that_is_a_file_is_bad_input_naming_it(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("not a workdir\n")
@@ -132,6 +136,7 @@ def test_workdir_that_is_a_file_is_bad_input_naming_it(tmp_path):
     assert f.read_text() == "not a workdir\n"
 
 
+@pytest.mark.slow
 def test_init_from_a_step_folder_under_another_name(ckpt, tmp_path):
     step = tmp_path / "X" / "step30"
     shutil.copytree(ckpt / "checkpoints" / "0", step)
@@ -142,6 +147,7 @@ def test_init_from_a_step_folder_under_another_name(ckpt, tmp_path):
     assert easylemur.load(step).config.hidden_size == 32
 
 
+@pytest.mark.slow
 def test_failed_init_from_leaves_nothing_in_the_workdir(tmp_path):
     new = tmp_path / "runs" / "new"  # neither exists: the run must not leave them behind
     line = error_line(train_cli(new, SMALL + ["train.steps=1", f"init.from={tmp_path / 'nowhere'}"]), 2)
@@ -156,6 +162,7 @@ def test_failed_init_from_leaves_nothing_in_the_workdir(tmp_path):
 # ----------------------------------------------------------------------------- disk full
 
 
+@pytest.mark.slow
 def test_from_hf_on_a_full_disk_is_one_line_naming_the_output(hf_dir, tmp_path):
     with small_disk(tmp_path / "disk", "512k") as disk:
         line = error_line(cli("convert", "from-hf", "--hf", hf_dir, "--out", disk / "ck"), 1)
@@ -163,6 +170,7 @@ def test_from_hf_on_a_full_disk_is_one_line_naming_the_output(hf_dir, tmp_path):
         assert not os.listdir(disk)  # the partial output is gone
 
 
+@pytest.mark.slow
 def test_to_hf_on_a_full_disk_is_one_line_naming_the_output(ckpt, tmp_path):
     with small_disk(tmp_path / "disk", "512k") as disk:
         line = error_line(cli("convert", "to-hf", "--checkpoint", ckpt, "--out", disk / "hf"), 1)
@@ -170,6 +178,7 @@ def test_to_hf_on_a_full_disk_is_one_line_naming_the_output(ckpt, tmp_path):
         assert not os.listdir(disk)
 
 
+@pytest.mark.slow
 def test_failed_training_save_is_one_line_without_orbax_tracebacks(tmp_path):
     # 2 MB holds the run's config and metrics but not one checkpoint of the 0.6M-param model;
     # log.every=2: no record of the first step (its tokens/s is NaN, a TensorBoard warning)

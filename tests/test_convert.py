@@ -115,6 +115,7 @@ def test_round_trip_float32_is_bitwise_and_transformers_loads_it(hf_model, conve
     assert np.array_equal(hf_logits(reloaded, ids), hf_logits(model, ids))
 
 
+@pytest.mark.slow
 def test_logits_through_load_on_hf_dir_and_checkpoint(hf_model, converted):
     model, src = hf_model
     ids = _ids(2, 40, seed=3)
@@ -127,6 +128,7 @@ def test_logits_through_load_on_hf_dir_and_checkpoint(hf_model, converted):
         assert m.tokenizer is not None and m.tokenizer.vocab_size == VOCAB
 
 
+@pytest.mark.slow
 def test_checkpoint_is_the_orbax_format(hf_model, converted, tmp_path):
     """Plain orbax restores it, model_meta.load_params restores it, the params tree is exactly
     the model's, and the step metadata names the same handler save_params records."""
@@ -230,6 +232,7 @@ def big(tmp_path_factory):
     return d / "hf", d / "ck"
 
 
+@pytest.mark.slow
 def test_float16_export_and_overflow_refusal(converted, big, tmp_path, capsys):
     ok = tmp_path / "fp16"
     assert _run(["to-hf", "--checkpoint", converted, "--out", ok, "--dtype", "float16"], capsys)[0] == 0
@@ -378,6 +381,7 @@ def test_from_hf_force_never_replaces_a_training_run(hf_model, converted, tmp_pa
     assert _snapshot(wd) == before and _leftovers(wd / "checkpoints") == []
 
 
+@pytest.mark.slow
 def test_from_hf_force_replaces_an_earlier_conversion_only_once_complete(big, converted, tmp_path, capsys):
     hf_dir, _ = big
     out = tmp_path / "ck"
@@ -401,6 +405,7 @@ def test_from_hf_force_replaces_an_earlier_conversion_only_once_complete(big, co
     assert rc == 2 and not (tmp_path / "new").exists() and _leftovers(tmp_path / "new") == []
 
 
+@pytest.mark.slow
 def test_sharded_safetensors_input_via_subprocess(tmp_path):
     model = make_hf_model(vocab_size=VOCAB)
     model.save_pretrained(tmp_path / "hf", max_shard_size="200KB")
@@ -447,6 +452,7 @@ def test_small_max_shard_size_gives_several_shards_transformers_loads(converted,
     assert np.array_equal(hf_logits(reloaded, ids), hf_logits(model, ids))
 
 
+@pytest.mark.slow
 def test_scanned_jax_checkpoint_exports_like_unscanned(hf_model, exported_f32, tmp_path):
     """Checkpoints the train loop writes hold jax.Arrays, possibly scanned (stacked `layers`):
     to-hf reads layer i as a slice and gives the same files."""
@@ -464,6 +470,7 @@ def test_scanned_jax_checkpoint_exports_like_unscanned(hf_model, exported_f32, t
     assert sorted(a) == sorted(b) and all(_bitwise_equal(a[n], b[n]) for n in a)
 
 
+@pytest.mark.slow
 def test_tied_embeddings_round_trip(tmp_path):
     model = make_hf_model(vocab_size=VOCAB, tie_word_embeddings=True)
     model.save_pretrained(tmp_path / "hf")
@@ -640,6 +647,7 @@ def test_existing_output_needs_force(hf_model, converted, capsys):
     assert rc == 2 and "--force" in err and "steps 0" in err
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
     """Through the real entry point: stderr is the one line, exit 2; --debug adds the traceback."""
     argv = [sys.executable, "-m", "easylemur.convert", "to-hf", "--checkpoint", str(tmp_path / "nowhere"),

@@ -104,6 +104,7 @@ def test_pretrain_mixture_fractions(tok):
     assert counts["code"] > 8 * counts["text"] > 0
 
 
+@pytest.mark.slow
 def test_three_sources_weighted(tok, tmp_path):
     srcs = {}
     for i, (name, w) in enumerate([("a", 1.0), ("b", 3.0), ("c", 6.0)]):

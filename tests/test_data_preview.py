@@ -82,6 +82,7 @@ def test_data_errors_are_one_line_exit_2(capsys, tmp_path):
     assert rc == 2 and "Traceback" in err and f"{cut}: truncated zstd file" in err.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_one_bad_line_is_reported_and_counted_once(capsys, tmp_path):
     lines = [json.dumps({"text": f"document {i} " * 20}) for i in range(6)]
     lines.insert(3, "{not json")

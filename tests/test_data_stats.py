@@ -35,6 +35,7 @@ def bad_file(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_stats_tiny_pretrain_counts_equal_the_pipelines(capsys):
     from easylemur.config import load_config
     from easylemur.data.pipeline import make_pipeline
@@ -75,6 +76,7 @@ def test_stats_tiny_pretrain_counts_equal_the_pipelines(capsys):
     assert "warning: source 'text' would repeat" in out and "warning: source 'code' would repeat" in out
 
 
+@pytest.mark.slow
 def test_stats_sampled_is_marked_as_estimate(capsys):
     exact = {s["name"]: s for s in stats_json(capsys, "--config", "configs/tiny_pretrain.py")["sources"]}
     rep = stats_json(capsys, "--config", "configs/tiny_pretrain.py", "--sample-records", "30")
@@ -87,6 +89,7 @@ def test_stats_sampled_is_marked_as_estimate(capsys):
     assert rc == 0 and "(estimated from 30 records)" in out and "epochs ~" in out
 
 
+@pytest.mark.slow
 def test_stats_lists_bad_records_by_file_and_line(capsys, tmp_path):
     path = bad_file(tmp_path)
     rep = stats_json(capsys, "--config", "configs/tiny_pretrain.py", f"--config.data.sources.text.path={path}")
@@ -102,6 +105,7 @@ def test_stats_lists_bad_records_by_file_and_line(capsys, tmp_path):
     assert "bad 4 (empty 1, malformed_json 1, missing_field 1, not_a_string 1)" in out
 
 
+@pytest.mark.slow
 def test_stats_warns_about_tiny_shares(capsys):
     rep = stats_json(capsys, "--config", "configs/tiny_pretrain.py", "--config.data.sources.text.weight=0.05")
     assert rep["run"]["sources"]["text"]["share"] < 0.01
@@ -120,6 +124,7 @@ def test_stats_errors_are_one_line(capsys, tmp_path):
     assert e.value.code == 0 and "--sample-records" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_preflight_fails_a_strict_run_before_its_first_step(capsys, tmp_path):
     from train_run import main as train_main
 

@@ -160,6 +160,7 @@ def test_normalization_ignores_layout_quotes_and_comments():
     assert tokens("a#b  c # gone\nd") == ["a", "b", "c", "d"]  # a # inside a word is no comment
 
 
+@pytest.mark.slow
 def test_every_humaneval_problem_reformatted_matches_itself_and_the_sample_corpus_is_clean():
     bench = Benchmarks.load("humaneval")
     assert bench.describe() == "humaneval (164 items): 13-grams of normalized code and 17-word grams with identifiers normalized"
@@ -177,6 +178,7 @@ def test_every_humaneval_problem_reformatted_matches_itself_and_the_sample_corpu
     assert docs == 516
 
 
+@pytest.mark.slow
 def test_grams_and_fingerprint():
     he = Benchmarks.load("humaneval")
     assert he.fingerprint == Benchmarks.load(" HumanEval ").fingerprint
@@ -262,6 +264,7 @@ def test_cli_errors_are_one_line_and_help_works(corpus, capsys):
     assert e.value.code == 0 and "decontaminate reads every record" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_in_its_own_process(corpus):
     """The real command (its stable fingerprint included: no per-process hash salt)."""
     p = subprocess.run([sys.executable, "-m", "easylemur.data", "decontaminate", "--config", corpus["config"],
@@ -338,6 +341,7 @@ NEAR_MISSES = {
 }
 
 
+@pytest.mark.slow
 def test_near_misses_are_not_flagged(monkeypatch):
     bench = Benchmarks.load("humaneval")
     assert {k: bench.matches(v) for k, v in NEAR_MISSES.items()} == {k: [] for k in NEAR_MISSES}

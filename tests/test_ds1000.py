@@ -496,6 +496,7 @@ def test_loader_reads_the_published_format(data_file, tmp_path):
     assert [p.task_id for p in load_ds1000(str(plain))] == [0, 1]
 
 
+@pytest.mark.slow
 def test_unsupported_library_is_skipped_and_counted(task):
     skipped = {p.task_id: why for p, why in task.skipped}
     assert skipped[8].startswith("imports tensorflow")
@@ -544,6 +545,7 @@ def test_program_is_the_official_test_program(task):
     assert split["perturbation_type"] == {"Origin": {"count": 1, "mean": 1.0}, "Semantic": {"count": 1, "mean": 0.0}}
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_verdicts_match_the_official_rule(task, sandbox):
     problems = task.problems
@@ -606,6 +608,7 @@ def test_loader_errors_name_the_line(tmp_path, bad, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_loader_missing_file_and_unreachable_hub(tmp_path):
     with pytest.raises(EvalDataError, match="no such file"):
         load_ds1000(tmp_path / "ds1000.jsonl.gz")
@@ -620,6 +623,7 @@ def test_loader_missing_file_and_unreachable_hub(tmp_path):
     assert out.startswith("DS-1000 data 'xlangai/DS-1000': not a file") and "pass its path" in out, out
 
 
+@pytest.mark.slow
 def test_the_eval_cli_scores_samples_and_counts_those_of_skipped_problems(tmp_path):
     """`python -m easylemur.eval ds1000 --samples FILE --data FILE`: the reference solutions of
     two problems pass, a TensorFlow problem's sample is counted as not scored, not refused."""

@@ -48,6 +48,7 @@ def _eval(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_humaneval_canonical_scores_1_and_wrong_scores_0(tmp_path, capsys):
     problems = load_humaneval()
@@ -128,6 +129,7 @@ def tiny_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_humaneval_checkpoint_end_to_end(tiny_dir, tmp_path, capsys):
     summary = _eval(capsys, "humaneval", "--checkpoint", tiny_dir, "--limit", 2, "--max-new-tokens", 8,

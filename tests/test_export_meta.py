@@ -65,6 +65,7 @@ def test_run_chat_format_rule():
     assert model_meta.run_chat_format(mixed) == "chatml"
 
 
+@pytest.mark.slow
 def test_base_model_export_is_no_chat_model(pretrain_ckpt, tmp_path, capsys):
     from transformers import AutoTokenizer
 
@@ -104,6 +105,7 @@ def test_legacy_checkpoint_keeps_the_old_rule(tmp_path, capsys):
     assert "predates meta chat_format" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_chat_run_exports_chatml_and_no_chat_template_drops_it(tmp_path):
     """One tiny chat fine-tuning run (fresh, 2 steps): its checkpoints record chat_format chatml."""
     run(tmp_path / "run", ["init.from=", "train.steps=2", "checkpoint.every=2", "data.seq_len=128",
@@ -197,6 +199,7 @@ def test_check_fails_on_a_tokenizer_config_that_reads_special_text_as_text(tmp_p
         assert t in checked and any(t in c and c != t for c in checked), t  # alone and inside text
 
 
+@pytest.mark.slow
 def test_dummy_prefix_tokenizer_gets_a_fast_tokenizer_json(llama2_like_spm, tmp_path):
     """Llama-2's kind of sentencepiece model (dummy prefix, byte fallback, no ChatML)."""
     from transformers import AutoTokenizer

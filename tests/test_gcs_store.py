@@ -17,6 +17,8 @@ from easylemur.data.store import StoreSource, read_manifest
 from easylemur.tokenizer.spm import Tokenizer
 from train_run import ROOT, cmd, env, losses
 
+import pytest
+
 SAMPLES = ROOT / "data" / "samples"
 
 
@@ -24,6 +26,7 @@ def _store_args(store: str) -> list[str]:
     return [f"data.sources.code.path={store}", f"data.sources.text.path={store}"]
 
 
+@pytest.mark.slow
 def test_a_store_in_a_bucket_matches_a_local_one_and_trains_resuming_bit_exact_after_sigkill(gcs_bucket, tmp_path):
     tok = Tokenizer.load()
     srcs = ConfigDict({"code": {"path": str(SAMPLES / "code")}, "text": {"path": str(SAMPLES / "text")}})

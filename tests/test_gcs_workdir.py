@@ -175,6 +175,7 @@ def _until(condition, what: str, limit: float = 60.0) -> None:
 # ----------------------------------------------------------------------------- a training run on a bucket
 
 
+@pytest.mark.slow
 def test_a_bucket_workdir_trains_resumes_bit_exact_refuses_a_second_run_and_verifies(gcs_bucket, tmp_path, spawn):
     """workdir=gs://...: a run writes its checkpoints, config and metrics.jsonl to the bucket and
     frees its lock; of two invocations started together, one resumes it and the other is refused

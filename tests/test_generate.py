@@ -44,6 +44,7 @@ def test_batched_greedy_equals_transformers_alone(hf_dir, model):
         assert got == ref[0, len(p):].tolist()
 
 
+@pytest.mark.slow
 def test_top_k_1_equals_greedy(model):
     greedy = model.generate(PROMPTS, max_new_tokens=12, stop_ids=[])
     assert model.generate(PROMPTS, max_new_tokens=12, temperature=1.0, top_k=1, stop_ids=[]) == greedy
@@ -51,6 +52,7 @@ def test_top_k_1_equals_greedy(model):
     assert model.generate(PROMPTS, max_new_tokens=12, temperature=1.0, top_p=1e-6, stop_ids=[]) == greedy
 
 
+@pytest.mark.slow
 def test_seeded_sampling_reproducible_and_seed_dependent(model):
     kw = dict(max_new_tokens=12, temperature=1.0, stop_ids=[])
     a = model.generate(PROMPTS, seed=1, **kw)

@@ -59,6 +59,7 @@ def _kill_past_a_checkpoint(proc: subprocess.Popen, w: Path) -> None:
         os.kill(proc.pid, signal.SIGCONT)
 
 
+@pytest.mark.slow
 def test_goodput_of_a_run_killed_once_and_resumed(tmp_path):
     w = tmp_path / "w"
     t0 = time.time()

@@ -121,6 +121,7 @@ def test_registered_and_not_imported_by_the_rest_of_easylemur():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
+@pytest.mark.slow
 def test_multiple_choice_loglikelihoods_equal_hf(results, ours):
     got, ref = results["ours"]["el_mc"], results["hf"]["el_mc"]
     assert [len(x) for x in got] == [len(doc["choices"]) for doc in MC]
@@ -135,6 +136,7 @@ def test_multiple_choice_loglikelihoods_equal_hf(results, ours):
     assert ours._score._cache_size() == 2
 
 
+@pytest.mark.slow
 def test_rolling_has_exactly_one_bos(results, ours, hf_dir):
     from lm_eval.models.huggingface import HFLM
 
@@ -226,6 +228,7 @@ def styled(request, tmp_path_factory):
 MAX_DLL = {}  # the largest |ours - hf| loglikelihood with --apply_chat_template, per style (the report's figure)
 
 
+@pytest.mark.slow
 def test_apply_chat_template_is_the_models_own(styled, task_manager):
     """With the model's own template (Qwen2.5's default system prompt, Llama-3's headers and the
     BOS its template writes): lm-eval's rendered prompts tokenize to apply_chat_template's ids,
@@ -254,6 +257,7 @@ def test_apply_chat_template_is_the_models_own(styled, task_manager):
     assert MAX_DLL[style] <= 1e-4, (MAX_DLL, got)
 
 
+@pytest.mark.slow
 def test_cli_hands_over_to_lm_eval(hf_dir, task_dir, capsys, tmp_path_factory):
     from easylemur.eval.cli import main
 

@@ -119,6 +119,7 @@ def _rope(config) -> dict:
     return {k: v for k, v in config.rope_parameters.items() if k != "type"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", [qwen, llama3, mistral, deepseek], ids=lambda f: f.__name__)
 def test_family_directory_trains_and_exports_to_what_transformers_reads(tmp_path, family):
     hf_dir = tmp_path / "hf"

@@ -44,6 +44,7 @@ def _mount_tmpfs(d: Path) -> None:
 # ----------------------------------------------------------------------------- a live run keeps its lock
 
 
+@pytest.mark.slow
 def test_a_live_trainer_keeps_its_lock_past_the_stale_timeout_with_a_beating_heartbeat(tmp_path):
     w = tmp_path / "w"
     w.mkdir()
@@ -152,6 +153,7 @@ def test_a_lock_taken_from_the_run_stops_it(tmp_path, how):
     assert _beat_files(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_trainer_whose_lock_is_taken_stops_with_one_line(tmp_path):
     w = tmp_path / "w"
     e = {**env(1), HEARTBEAT_ENV: "0.2", STALE_ENV: "1"}
@@ -203,6 +205,7 @@ def test_a_lock_that_cannot_be_refreshed_stops_the_run(tmp_path):
 # ----------------------------------------------------------------------------- a second signal
 
 
+@pytest.mark.slow
 def test_two_sigterms_while_the_first_step_compiles_exit_at_once_without_saving(tmp_path):
     """The main thread is in C for seconds here (XLA compiling the first step). Whether Python's
     own handler would see two calls depends on whether that C code polls for signals (this
@@ -243,6 +246,7 @@ print("exited the scope", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGTERM, signal.SIGTERM], [signal.SIGINT, signal.SIGTERM]],
                          ids=["one", "two", "int-then-term"])
 def test_signals_are_counted_while_the_main_thread_is_blocked(signals):

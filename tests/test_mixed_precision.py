@@ -8,12 +8,15 @@ import numpy as np
 from easylemur.model.attention import _attend, attention_mask
 from easylemur.model.llama import low_precision_matmul
 
+import pytest
+
 
 def _rel(a, b):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     return np.abs(a - b).max() / np.abs(b).max()
 
 
+@pytest.mark.slow
 def test_low_precision_matmul_gradients():
     kx, kk, kc = jax.random.split(jax.random.PRNGKey(0), 3)
     x = jax.random.normal(kx, (64, 48)).astype(jnp.bfloat16)
@@ -27,6 +30,7 @@ def test_low_precision_matmul_gradients():
         assert _rel(a, b) < 1e-2
 
 
+@pytest.mark.slow
 def test_low_precision_attention_gradients():
     B, T, KV, G, hd = 2, 24, 2, 2, 16
     kq, kk, kv, kc = jax.random.split(jax.random.PRNGKey(1), 4)
@@ -53,6 +57,7 @@ def _dot_generals(jaxpr):
             yield from _dot_generals(sub)
 
 
+@pytest.mark.slow
 def test_bf16_model_backward_matmuls_take_bf16_inputs():
     """The custom VJPs are what keeps the backward pass in bf16: plain autodiff of a matmul that
     accumulates in float32 hands its float32 cotangent to the backward matmuls, which then run

@@ -32,6 +32,7 @@ def _ids(batch, length, vocab, seed=0):
     return np.random.default_rng(seed).integers(0, vocab, size=(batch, length))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_logits_match_transformers(tmp_path, name):
     model = make_hf_model(**CASES[name])
@@ -80,6 +81,7 @@ def test_pytorch_bin_loads_without_pickle_code(tmp_path):
     assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.slow
 def test_packed_row_equals_documents_alone(tmp_path):
     model = make_hf_model()
     model.save_pretrained(tmp_path)
@@ -98,6 +100,7 @@ def test_packed_row_equals_documents_alone(tmp_path):
     assert np.abs(alone_b - hf_logits(model, b[None])[0]).max() <= 1e-5 * scale
 
 
+@pytest.mark.slow
 def test_blockwise_attention_equals_dense(tmp_path):
     import dataclasses
 

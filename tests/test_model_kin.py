@@ -66,6 +66,7 @@ def _one_line_error(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_family_logits_and_round_trip(tmp_path, name):
     family, overrides = CASES[name]
@@ -170,6 +171,7 @@ def test_family_presets(name):
     assert theirs.tie_word_embeddings == cfg.tie_word_embeddings and theirs.num_hidden_layers == cfg.num_layers
 
 
+@pytest.mark.slow
 def test_qwen2_greedy_decoding_equals_transformers(qwen_dir):
     """The KV-cache path (prefill, then one token at a time) adds the q/k/v biases too."""
     theirs = make_kin("Qwen2")

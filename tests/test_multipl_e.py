@@ -303,6 +303,7 @@ def _need(lang: str) -> None:
         pytest.skip(why)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lang", list(ROWS))
 def test_good_passes_wrong_fails_as_the_reference_judges(lang, verdicts):
     _need(lang)

@@ -11,6 +11,8 @@ from easylemur.ops.loss import head_loss_sum, target_weights, token_loss_sum
 from easylemur.model.llama import PRESETS, init_params
 from easylemur.train.optim import decay_mask, make_optimizer, schedule
 
+import pytest
+
 
 def _batch(mask, seg):
     mask, seg = np.array(mask), np.array(seg)
@@ -35,6 +37,7 @@ def test_no_target_across_documents_or_padding():
     assert w.tolist() == [1, 1, 0, 1, 0]
 
 
+@pytest.mark.slow
 def test_decay_mask_skips_norms():
     cfg = dataclasses.replace(PRESETS["tiny"], num_layers=1)
     params = jax.device_get(init_params(cfg, jax.random.PRNGKey(0)))
@@ -65,6 +68,7 @@ def test_schedule_warmup_and_decay():
     assert abs(float(s(60)) - 0.55) < 1e-6
 
 
+@pytest.mark.slow
 def test_chunked_head_loss_equals_full_logits():
     from easylemur.model.llama import Llama
 

@@ -86,6 +86,7 @@ def big_files(tmp_path_factory):
     return {"small": (small, n_small), "large": (large, n_large), "tmp": tmp, "env": env, "dir": d}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("child", ["source", "iter"])
 def test_peak_memory_does_not_grow_with_the_file(big_files, child):
     # 350 MiB more of decompressed JSONL: the old in-memory reader grew by about twice that
@@ -98,6 +99,7 @@ def test_peak_memory_does_not_grow_with_the_file(big_files, child):
     assert os.listdir(big_files["tmp"]) == []  # no temporary file or directory left behind
 
 
+@pytest.mark.slow
 def test_stats_cli_memory_does_not_grow_with_the_file(big_files):
     peaks = {}
     for size in ("small", "large"):

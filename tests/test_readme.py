@@ -106,6 +106,7 @@ def test_readme_names_every_cli():
     assert {f"tpu_scripts/{s}.sh" for s in ("create", "setup", "launch", "status", "logs", "stop")} <= modules
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", _commands(), ids=" ".join)
 def test_readme_command_has_help(cmd):
     p = _helps()[cmd]
@@ -159,6 +160,7 @@ def test_readme_config_keys_exist():
     assert not [k for k in sorted(keys) if not exists(k)]
 
 
+@pytest.mark.slow
 def test_quick_start_demo_runs(tmp_path):
     assert "bash scripts/demo.sh" in README and "bash scripts/test.sh" in README
     few = "--config.train.steps=4 --config.log.every=2 --config.checkpoint.every=4 --config.data.prefetch=0"

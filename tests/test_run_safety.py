@@ -64,6 +64,7 @@ def _alive(pid: int) -> bool:
 # ----------------------------------------------------------------------------- the workdir lock
 
 
+@pytest.mark.slow
 def test_second_trainer_refuses_a_held_workdir_and_takes_over_a_dead_ones(tmp_path):
     w = tmp_path / "w"
     first = subprocess.Popen(cmd(w, ["train.steps=100000", "checkpoint.every=100000"]), cwd=ROOT, env=env(1),
@@ -102,6 +103,7 @@ def test_lock_of_another_host_is_taken_over_only_when_its_heartbeat_is_stale(tmp
 # ----------------------------------------------------------------------------- signals
 
 
+@pytest.mark.slow
 def test_sigterm_saves_exits_cleanly_and_resumes_bit_exact(tmp_path, reference_run):
     w = tmp_path / "w"
     proc = subprocess.Popen(cmd(w, REFERENCE + ["data.prefetch=2"]), cwd=ROOT, env=env(1), stdout=subprocess.PIPE,
@@ -160,6 +162,7 @@ def _flip_a_recorded_checksum(step_dir: Path) -> None:
     meta_file.write_text(json.dumps(meta))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [_truncate_params, _flip_a_bit_of_params, _flip_a_recorded_checksum,
                                     lambda d: shutil.rmtree(d / "meta")],
                          ids=["truncated", "flipped-bit", "checksum", "no-meta"])
@@ -205,6 +208,7 @@ def test_fingerprints_on_device_equal_the_host_ones_and_see_one_flipped_bit():
 # ----------------------------------------------------------------------------- failed saves
 
 
+@pytest.mark.slow
 def test_a_failed_save_stops_the_run_at_that_save(tmp_path):
     w = tmp_path / "small_disk"
     w.mkdir()
@@ -248,6 +252,7 @@ def test_a_planted_tokenizer_at_a_temp_path_is_never_used(tmp_path, llama2_like_
 # ----------------------------------------------------------------------------- one-line errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides, expected", [
     (["data.seq_len=2048"], "data.seq_len=2048 is longer than the model's max_position_embeddings=1024"),
     (["train.batch_size=12"], "train.batch_size=12 with train.grad_accum=1 gives micro-batches of 12 rows"),
@@ -259,6 +264,7 @@ def test_train_errors_are_one_line_with_exit_2(tmp_path, capsys, overrides, expe
     assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, err
 
 
+@pytest.mark.slow
 def test_resume_with_another_batch_size_says_the_data_order_changes(tmp_path, reference_run):
     w = tmp_path / "w"
     shutil.copytree(reference_run, w)

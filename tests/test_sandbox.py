@@ -106,6 +106,7 @@ def test_no_network_to_a_host_listener(sandbox):
         listener.close()
 
 
+@pytest.mark.slow
 def test_fork_storm_and_detached_child_leave_no_process(sandbox, victim):
     storm_marker = f"91.{uuid.uuid4().int % 10**8}"
     late_marker = f"0.8{uuid.uuid4().int % 10**6}"

@@ -33,6 +33,7 @@ def _results(capsys, out: Path, *argv) -> tuple[dict, list[dict]]:
     return summary, [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_humaneval_cheats_all_score_0(tmp_path, capsys):
     by_id = {p.task_id: p for p in load_humaneval()}
     rows = [{"task_id": tid, "completion": body} for _, body in HUMANEVAL_CHEATS for tid in HUMANEVAL_TARGETS]
@@ -56,6 +57,7 @@ def _fn_name(code: str) -> str:
     return re.findall(r"^def (\w+)", code, re.M)[-1]
 
 
+@pytest.mark.slow
 def test_mbpp_canonical_score_1_and_cheats_score_0(tmp_path, capsys):
     from test_eval import MBPP_ROWS
 

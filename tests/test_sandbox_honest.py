@@ -59,6 +59,7 @@ def sandbox():
     return sb
 
 
+@pytest.mark.slow
 def test_honest_corpus_scores_as_the_reference(sandbox):
     real = {p.task_id: p for p in load_humaneval()}
     names, jobs, reference_items, expected = [], [], [], []

@@ -115,6 +115,7 @@ def _idle(srv, seconds: float = 10.0) -> dict:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_slot_engine_joins_equal_generate_alone(model):
     prompts = [[1, 5, 17, 300, 2, 41], [1, 7], list(range(3, 40))]
     ref = model.generate(prompts, max_new_tokens=8, stop_ids=[])
@@ -145,6 +146,7 @@ def test_slot_engine_joins_equal_generate_alone(model):
     assert sampled == ref_sampled
 
 
+@pytest.mark.slow
 def test_completions_and_chat_equal_loaded_model(server, model):
     c = _client(server)
     for prompt, n in [("def f(x):", 8), ("Hello", 3), ("import numpy as np\n" * 6, 12)]:
@@ -194,6 +196,7 @@ def test_stop_strings_cut_the_text(server):
     assert r.choices[0].message.content == free[: free.index(stop)] and r.choices[0].finish_reason == "stop"
 
 
+@pytest.mark.slow
 def test_echo_logprobs_equal_log_softmax_of_logits(server, model):
     c = _client(server)
     prompt = "def add(a, b):\n    return a + b"
@@ -250,6 +253,7 @@ def test_malformed_json_and_bad_messages_are_400s(server):
         _client(server).completions.create(model="m", prompt="x", temperature=-1)
 
 
+@pytest.mark.slow
 def test_full_queue_answers_503(model):
     srv = Server(model, port=0, slots=1, max_queue=1)
     srv.start()
@@ -273,6 +277,7 @@ def test_full_queue_answers_503(model):
         srv.shutdown()
 
 
+@pytest.mark.slow
 def test_load_many_clients_some_leaving_mid_stream(server, model):
     rng = random.Random(0)
     words = "def return import class self value list for in if else while print".split()
@@ -346,6 +351,7 @@ def test_client_leaving_frees_its_slot(server):
     assert _idle(server)["running"] == 0 and server.scheduler.steps - steps < 150
 
 
+@pytest.mark.slow
 def test_lm_eval_local_completions_scores_loglikelihoods(server, model, chat_dir):
     """lm-eval's own `local-completions` client (echo, logprobs, token-list prompts) gets the
     sums of log_softmax of the model's logits over each continuation."""
@@ -365,6 +371,7 @@ def test_lm_eval_local_completions_scores_loglikelihoods(server, model, chat_dir
         assert logprob == pytest.approx(sum(ref[len(ctx) - 1 + i, t] for i, t in enumerate(cont)), abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", STYLES)
 def test_chat_prompts_are_apply_chat_templates_ids(style, tmp_path_factory):
     """A model chat-tuned in its tokenizer's own template (Qwen2.5's, which adds a default system

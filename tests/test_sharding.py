@@ -77,6 +77,7 @@ def test_scanned_params_get_layer_axis():
     assert specs["layers"]["self_attn"]["q_proj"]["kernel"] == P(None, "fsdp", "tensor")
 
 
+@pytest.mark.slow
 def test_sharded_forward_equals_single_device():
     mesh = sharding.make_mesh("data:2,fsdp:2,tensor:2")
     params = init_params(CFG, jax.random.PRNGKey(0), mesh)
@@ -95,6 +96,7 @@ def test_sharded_forward_equals_single_device():
     np.testing.assert_allclose(np.asarray(sharded), np.asarray(ref), rtol=0, atol=1e-5 * np.abs(ref).max())
 
 
+@pytest.mark.slow
 def test_sharded_gradients_equal_single_device():
     """The residual stream split over `tensor` with rows over data x fsdp: every parameter's
     gradient equals the single-device one (the projections gather their kernels over fsdp
@@ -140,6 +142,7 @@ def test_kernel_gather_keeps_rows_in_place():
     np.testing.assert_allclose(np.asarray(jax.jit(down)(xs, ws)), x @ w, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_scan_equals_unrolled():
     from easylemur.model.stacking import scan_params
 

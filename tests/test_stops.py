@@ -43,6 +43,7 @@ def _expected(frees, stop):
     return [row[: row.index(stop)] if stop in row else row for row in frees]
 
 
+@pytest.mark.slow
 def test_generation_stops_at_the_second_declared_eos_in_each_row(declared):
     path, stop, prompts, frees, k = declared
     m = easylemur.load(path)

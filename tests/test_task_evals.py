@@ -39,6 +39,7 @@ def _mc_task(d: Path) -> None:
                                   "metric_list:\n  - metric: acc\n  - metric: acc_norm\n")
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_pass_at_k_and_lm_eval_scores_are_logged_at_the_configured_steps_from_those_weights(tmp_path):
     lm_eval = pytest.importorskip("lm_eval")
@@ -99,6 +100,7 @@ if "easylemur.eval" in argv and "--samples" in argv:
 """
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_killed_or_hung_checker_is_reported_and_training_goes_on(tmp_path):
     (tmp_path / "site").mkdir()
@@ -129,12 +131,14 @@ def test_task_eval_config_errors_name_the_key():
             load_config("configs/tiny_pretrain.py", overrides)
 
 
+@pytest.mark.slow
 def test_an_unknown_lm_eval_task_stops_the_run_before_step_one(tmp_path):
     pytest.importorskip("lm_eval")
     p = run(tmp_path / "run", EVALS[:2] + ["eval.tasks=lm_eval:no_such_task_here", *EVALS[3:]], check=False)
     assert p.returncode == 2 and "lm_eval:no_such_task_here is not an lm-eval task" in p.stderr, p.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_bad_prompt_format_stops_the_run_before_step_one(tmp_path):
     p = run(tmp_path / "run", EVALS + ["eval.prompt_format=chat"], check=False)
     assert p.returncode == 2 and "config key 'eval.prompt_format' must be one of base, chatml, got 'chat'" in p.stderr

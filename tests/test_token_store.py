@@ -91,6 +91,7 @@ def test_store_holds_the_on_the_fly_documents(tmp_path, tok):
     assert all(i["size"] == os.path.getsize(i["path"]) for i in inputs)
 
 
+@pytest.mark.slow
 def test_large_vocabulary_is_stored_as_uint32(tmp_path, tok):
     big = tmp_path / "big.model"
     extend_model(tok.model_path, str(big), tokens=[f"<x{i}>" for i in range(62_000)])
@@ -145,6 +146,7 @@ def test_training_reads_the_store_shuffled_and_resumes_from_the_step_alone(tmp_p
     assert late_reads <= 2 * early_reads, (early_reads, late_reads)
 
 
+@pytest.mark.slow
 def test_each_data_shard_reads_its_share(tmp_path, tok):
     srcs = sources(code={"path": str(SAMPLES / "code")})
     build_store(srcs, tok, tmp_path / "store")
@@ -216,6 +218,7 @@ def _tree(root: Path) -> dict:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_unit_then_rerun_gives_the_same_store(tmp_path, tok):
     data = tmp_path / "data"
     data.mkdir()
@@ -254,6 +257,7 @@ def test_source_dict_reads_store_defaults():
     assert source_dict({"path": "gs://b/s"})["store_source"] == ""
 
 
+@pytest.mark.slow
 def test_data_stats_of_a_store_equal_the_scan_of_its_raw_sources(tmp_path, tok):
     from easylemur.data.stats import scan_sources
 

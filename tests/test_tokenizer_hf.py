@@ -129,6 +129,7 @@ def random_strings(n: int, seed: int = 0) -> list[str]:
 STRINGS = random_strings(1100)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["llama3", "qwen"])
 def test_ids_and_text_equal_autotokenizer(which, llama3_dir, qwen_dir):
     d = llama3_dir if which == "llama3" else qwen_dir

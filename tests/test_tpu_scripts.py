@@ -388,6 +388,7 @@ def test_a_stale_or_reused_pid_is_never_signalled(fake_gcloud, tmp_path):
         other.wait()
 
 
+@pytest.mark.slow
 def test_stop_waits_for_the_whole_group_and_kills_it_after_the_timeout(fake_gcloud, tmp_path):
     """The leader exits on SIGTERM; a child in its group ignores it: stop waits for the child,
     SIGKILLs the group after --timeout and says so."""
@@ -716,6 +717,7 @@ def test_bad_arguments(fake_gcloud, script, args, message):
     assert p.stderr == f"{script}: error: {p.stderr.split(': error: ', 1)[1]}" and message in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_shellcheck():
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (apt-get install shellcheck; scripts/setup_env.sh does it)")

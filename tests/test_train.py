@@ -24,6 +24,7 @@ from train_run import REFERENCE, ROOT, cmd, env, free_port, losses, main, run
 
 
 
+@pytest.mark.slow
 def test_sigkill_resume_is_bit_exact(tmp_path, reference_run):
     steps = REFERENCE
     whole = losses(reference_run)
@@ -45,6 +46,7 @@ def test_sigkill_resume_is_bit_exact(tmp_path, reference_run):
     assert resumed == whole  # bit for bit, float32 on CPU
 
 
+@pytest.mark.slow
 def test_mesh_222_matches_one_device(tmp_path):
     o = ["train.steps=5", "checkpoint.every=100"]
     run(tmp_path / "one", o, devices=1)
@@ -82,6 +84,7 @@ def test_two_processes_match_one(tmp_path):
     assert counts[0] == counts[1] and counts[0][-1]["tokens/code"] > 0
 
 
+@pytest.mark.slow
 def test_grad_accumulation_equals_one_batch():
     cfg = dataclasses.replace(PRESETS["tiny"], vocab_size=257, num_layers=2)
     params = init_params(cfg, jax.random.PRNGKey(0))
@@ -108,6 +111,7 @@ def test_grad_accumulation_equals_one_batch():
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_chat_loss_reaches_only_assistant_tokens(tmp_path):
     from easylemur.data.pipeline import make_pipeline
     from easylemur.tokenizer.spm import Tokenizer
@@ -139,6 +143,7 @@ def test_chat_loss_reaches_only_assistant_tokens(tmp_path):
     assert seen == set(units)
 
 
+@pytest.mark.slow
 def test_metrics_fields_eval_and_tensorboard(tmp_path):
     w = tmp_path / "run"
     run(w, ["train.steps=4", "checkpoint.every=100", "eval.every=2", "eval.batches=2",
@@ -183,6 +188,7 @@ def test_unknown_config_key_fails_with_its_name(tmp_path, capsys):
     assert e.value.code == 2 and "train.stepz" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_with_message(tmp_path, capsys):
     rc, out, err = main(capsys, tmp_path / "nan", ["train.steps=6", "checkpoint.every=1", "optimizer.lr=1e30",
                                                     "optimizer.clip_norm=0.0", "optimizer.warmup_steps=0",
@@ -194,6 +200,7 @@ def test_nan_loss_stops_with_message(tmp_path, capsys):
     assert f"The last good state is checkpoint step 1 ({tmp_path / 'nan' / 'checkpoints' / '1'}, verified)" in line
 
 
+@pytest.mark.slow
 def test_init_from_checkpoint_into_scanned_layout_and_grown_vocab(tmp_path):
     """init.from an HF model (vocab smaller than the tokenizer's): converted with from-hf, then
     trained unscanned and scanned (restacked on device) with the vocabulary grown: same losses."""

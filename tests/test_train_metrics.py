@@ -14,7 +14,10 @@ from easylemur.config import load_config
 from easylemur.train.optim import make_optimizer
 from train_run import ROOT, cmd, env, main
 
+import pytest
 
+
+@pytest.mark.slow
 def test_tokens_per_second_at_log_every_1_is_tokens_per_step_over_the_steps_wall_time(tmp_path):
     """Each record is written as soon as its step's metrics arrive, so the time between two
     records' appearance is the wall time of a step. The logged rate must agree with it (the
@@ -52,6 +55,7 @@ def test_tokens_per_second_at_log_every_1_is_tokens_per_step_over_the_steps_wall
     assert all(0 < rows[s]["mfu"] < 1 for s in range(2, steps + 1)), [rows[s]["mfu"] for s in rows]
 
 
+@pytest.mark.slow
 def test_logged_learning_rate_is_the_applied_one_after_skipped_steps(tmp_path, capsys):
     """A skipped (non-finite) step applies nothing and does not advance the optimizer's count,
     so after k skips step s applies schedule(s - k); that is what metrics.jsonl must say."""
@@ -86,6 +90,7 @@ def test_a_skip_names_the_grad_norm_when_only_it_is_not_finite():
     assert non_finite(float("inf"), float("nan")) == "non-finite loss inf and grad norm nan"
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_architecture_and_announces_a_changed_optimizer(tmp_path, capsys, reference_run):
     w = tmp_path / "w"
     shutil.copytree(reference_run, w)

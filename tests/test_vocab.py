@@ -34,6 +34,7 @@ def model_dir(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tied", [False, True])
 def test_old_logits_unchanged_new_column_is_mean(tmp_path, tied):
     make_hf_model(tie_word_embeddings=tied).save_pretrained(tmp_path)
@@ -98,6 +99,7 @@ def test_shrinking_is_refused(model_dir):
         grow_rows(np.zeros((4, 2)), 3, axis=0)
 
 
+@pytest.mark.slow
 def test_from_hf_add_chatml_tokens(tmp_path, llama2_like_spm):
     from transformers import AutoTokenizer, LlamaForCausalLM
 

@@ -87,6 +87,12 @@ def topology_devices(topology: str, chip_config: str, num_slices: int = 1) -> li
         # a second AOT check (or the test suite beside one) fail with "Internal error when
         # accessing libtpu multi-process lockfile". Read when libtpu initializes, so set here.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    import jax
+
+    # An executable compiled for a described topology cannot be loaded back on this host (no TPU
+    # client: "PjRtCompiler must be constructed with a Client"), so a persistent compilation cache
+    # would only store what it can never read, and warn on every second compile of the same step.
+    jax.config.update("jax_enable_compilation_cache", False)
     kwargs = {} if chip_config == "default" else {"chip_config_name": chip_config}
     if num_slices > 1:
         kwargs["num_slices"] = num_slices
