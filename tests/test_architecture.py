@@ -165,3 +165,14 @@ def test_design_doc_tree_lists_every_file():
         listed.add((folder if indent > 2 else "") + name)
     actual = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py")}
     assert listed == actual, (sorted(actual - listed), sorted(listed - actual))
+
+
+def test_no_module_imports_the_package_root():
+    """`easylemur/__init__.py` is the user's door (easylemur.load); code inside the package names
+    the module it needs (generate.api.load), so a command never loads the package whole."""
+    found = []
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import) and any(a.name == "easylemur" for a in node.names):
+                found.append(f"{path.relative_to(PKG)}:{node.lineno}")
+    assert not found, found

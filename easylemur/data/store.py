@@ -21,11 +21,10 @@ the documents it trains on and nothing else.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -119,10 +118,6 @@ class Storage:
         """Where a file bound for `path` is written first: beside it on local disk (so that the
         rename stays in one file system), None (the system temp dir) for a bucket."""
         return self.io.staging_dir(path)
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def read_manifest(root: str) -> dict[str, Any]:
@@ -281,9 +276,3 @@ def store_entry(scfg: dict[str, Any], name: str, tokenizer: Any, seq_len: int) -
 def tokenizer_sha256(tokenizer: Any) -> str:
     """The sha256 of the tokenizer's model file: what a store and a run must agree on."""
     return tokenizer.sha256
-
-
-def iter_units(man: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for name, entry in man["sources"].items():
-        for u in entry["units"]:
-            yield name, u

@@ -74,10 +74,10 @@ def _progress(total: int, desc: str):
 
 def _generate(task: Task, args, n: int) -> list[tuple[Any, str]]:
     """(task_id, code) for n samples of every problem, from the checkpoint."""
-    import easylemur
+    from easylemur.generate.api import load
     from easylemur.eval.samples import generate_samples
 
-    model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
+    model = load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
     bar = _progress(len(task.problems) * n, "generate")
     samples = generate_samples(task, model, n, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, top_p=args.top_p, seed=args.seed, progress=bar.update)

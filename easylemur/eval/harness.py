@@ -101,7 +101,7 @@ class EasylemurLM(TemplateLM):
                  max_length: Optional[int] = None, max_gen_toks: int = DEFAULT_MAX_GEN_TOKS, mesh: Optional[str] = None,
                  device: Any = None, loaded: Any = None, **extra: Any):
         super().__init__()
-        import easylemur
+        from easylemur.generate.api import load
         from easylemur.model.llama import Llama, lm_head_kernel
 
         mesh = _mesh_spec(mesh, extra)
@@ -118,7 +118,7 @@ class EasylemurLM(TemplateLM):
                 raise InputError("model_args path: missing; give path=CHECKPOINT_OR_HF_DIR")
             if dtype in ("auto", ""):
                 dtype = None
-            self.model = easylemur.load(str(path), dtype=dtype, step=None if step is None else int(step), mesh=mesh)
+            self.model = load(str(path), dtype=dtype, step=None if step is None else int(step), mesh=mesh)
         self.tok = self.model.tokenizer
         if self.tok is None:
             raise InputError(f"model_args path={path}: no tokenizer beside the model; lm-eval's tasks are text")

@@ -132,7 +132,7 @@ def open_model(args: Any) -> ModelAccess:
     if args.endpoint:
         client = Client(args.endpoint, model=args.model or "", api_key=args.api_key or os.environ.get("OPENAI_API_KEY", ""))
         return ModelAccess(client, client.model)
-    import easylemur
+    from easylemur.generate.api import load
     from easylemur.serve.server import Server
 
     template = None
@@ -140,7 +140,7 @@ def open_model(args: Any) -> ModelAccess:
         from easylemur.chat.files import read_template_file
 
         template = read_template_file(args.chat_template)
-    loaded = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step)
+    loaded = load(args.checkpoint, dtype=args.dtype, step=args.step)
     if template is not None:  # the server's chat and the rows that render locally (prompt_format chatml) alike
         loaded.use_chat_template(template, f"--chat-template {args.chat_template}")
     server = Server(loaded, port=0, slots=args.slots, max_len=args.max_len)

@@ -53,9 +53,9 @@ def watch(cfg, *, mesh: Optional[str] = None, dtype: Optional[str] = None, poll_
           once: bool = False) -> int:
     """Evaluates each new committed step of cfg.workdir; with `once`, those there now, then
     returns when their checks have ended."""
-    import easylemur
     from easylemur.checkpoint.paths import as_path
     from easylemur.eval.task_evals import TaskEvals
+    from easylemur.generate.api import load
     from easylemur.train.metrics import MetricsWriter
 
     workdir = as_path(cfg.workdir)
@@ -66,7 +66,7 @@ def watch(cfg, *, mesh: Optional[str] = None, dtype: Optional[str] = None, poll_
     try:
         while True:
             for step in (s for s in committed_steps(workdir) if s not in done):
-                model = easylemur.load(str(workdir), step=step, dtype=dtype, mesh=mesh)
+                model = load(str(workdir), step=step, dtype=dtype, mesh=mesh)
                 if evals is None:
                     evals = TaskEvals(cfg, model.config, model.tokenizer, model.mesh, workdir, writer,
                                       model.declared_stop_ids, subdir="evals_watch",

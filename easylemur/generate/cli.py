@@ -51,9 +51,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise InputError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
     Sampling(args.temperature, args.top_k, args.top_p).validate()
 
-    import easylemur
+    from easylemur.generate.api import load
 
-    model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
+    model = load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
     if template is not None:
         model.use_chat_template(template, f"--chat-template {args.chat_template}")
     if args.chat:

@@ -46,7 +46,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_debug_flag(parser)
     args = parser.parse_args(argv)
 
-    import easylemur
+    from easylemur.generate.api import load
     from easylemur.serve.server import Server
 
     for flag, v in (("--slots", args.slots), ("--max-queue", args.max_queue),
@@ -58,7 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from easylemur.chat.files import read_template_file
 
         template = read_template_file(args.chat_template)
-    model = easylemur.load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
+    model = load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
     server = Server(model, host=args.host, port=args.port, slots=args.slots, max_queue=args.max_queue,
                     max_len=args.max_len, name=args.model_name, chat_template=template,
                     chat_template_why=f"--chat-template {args.chat_template}", default_max_tokens=args.default_max_tokens)
