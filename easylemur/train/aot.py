@@ -92,6 +92,8 @@ def topology_devices(topology: str, chip_config: str, num_slices: int = 1) -> li
     # An executable compiled for a described topology cannot be loaded back on this host (no TPU
     # client: "PjRtCompiler must be constructed with a Client"), so a persistent compilation cache
     # would only store what it can never read, and warn on every second compile of the same step.
+    # JAX decides once per process whether it uses the cache: this holds for a process that has
+    # compiled nothing yet (`python -m easylemur.aot`); one that has (a test worker) may still warn.
     jax.config.update("jax_enable_compilation_cache", False)
     kwargs = {} if chip_config == "default" else {"chip_config_name": chip_config}
     if num_slices > 1:
