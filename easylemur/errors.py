@@ -18,6 +18,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 import traceback
 from typing import Callable, Optional, Sequence
 
@@ -112,3 +113,7 @@ def quiet_background_errors() -> None:
         absl.addFilter(_DropOrbaxThreadTracebacks())
     if not getattr(sys.unraisablehook, "easylemur_quiet", False):
         sys.unraisablehook = _drop_closed_loop_callbacks(sys.unraisablehook)
+    # A save cut by an error (a full disk) can leave orbax's write coroutines never scheduled; when
+    # the interpreter collects them at exit, each prints "coroutine '...write_fragment' was never
+    # awaited" (seen under load, by timing). The failed save is already the command's one line.
+    warnings.filterwarnings("ignore", message=r"coroutine '[^']*' was never awaited", category=RuntimeWarning)

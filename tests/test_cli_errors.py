@@ -206,3 +206,14 @@ def test_data_store_out_that_is_a_file_is_bad_input_naming_it(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert rc == 2 and err == f"error: {words.format(f=f)}\n", err
     assert f.read_text() == "not a store\n"
+
+
+def test_a_write_coroutine_left_by_a_failed_save_prints_nothing_at_exit():
+    """A save cut by an error can leave orbax's write coroutines never scheduled; collected at
+    exit, each would print "coroutine ... was never awaited" under the command's one error line."""
+    code = ("from easylemur.errors import quiet_background_errors\n"
+            "async def write_fragment(): pass\n"
+            "quiet_background_errors()\n"
+            "left = write_fragment()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
