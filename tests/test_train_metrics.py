@@ -41,7 +41,7 @@ def test_tokens_per_second_at_log_every_1_is_tokens_per_step_over_the_steps_wall
             if line.endswith("}"):
                 appeared[json.loads(line)["step"]] = now
                 seen += 1
-        time.sleep(0.002)
+        time.sleep(0.01)  # a step takes hundreds of ms here: 10 ms is within the 20% the test allows
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
     rows = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}

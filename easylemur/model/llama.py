@@ -297,8 +297,8 @@ class Dense(nn.Module):
     # the weight gradient through a transposed copy of x (see `low_precision_matmul`): CPU only
     transpose_for_cpu: bool = False
     use_bias: bool = False
-    # set on a mesh with fsdp and tensor both > 1: the kernel is gathered over fsdp explicitly
-    # before the matmul (see `_dense`)
+    # set on a TPU/GPU mesh with fsdp > 1, and on any mesh with fsdp and tensor both > 1: the
+    # kernel is gathered over fsdp explicitly before the matmul (see `_dense`)
     gather_mesh: Optional[Mesh] = None
 
     @nn.compact
@@ -341,10 +341,14 @@ def _dense(cfg: LlamaConfig, mesh: Optional[Mesh], features: tuple, logical: tup
     # partitioner (jax 0.10) may split a projection by moving rows between devices
     # (collective-permute) and never moving them back: wrong rows on CPU (docs/design.md,
     # "Tensor parallelism", has the reproducer). Gathering the kernel over fsdp first, which
-    # FSDP does anyway, leaves it nothing to permute.
-    tp = mesh is not None and mesh.shape.get("tensor", 1) > 1 and mesh.shape.get("fsdp", 1) > 1
+    # FSDP does anyway, leaves it nothing to permute. On TPU/GPU the gather is explicit under
+    # pure FSDP too: one gather serves the recomputed forward and the backward of a scanned
+    # layer, where the partitioner's own placement gathered q_proj and k_proj twice in the
+    # backward (Llama-2-70B at fsdp 256: 287 -> 275 GB of all-gathers; "Torus wraparound").
+    fsdp = mesh is not None and mesh.shape.get("fsdp", 1) > 1
+    tp = fsdp and mesh.shape.get("tensor", 1) > 1
     return Dense(features, logical, contract, jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype), out_dtype,
-                 grad_dtype, on_cpu, use_bias, mesh if tp else None, name=name)
+                 grad_dtype, on_cpu, use_bias, mesh if tp or (fsdp and accelerated) else None, name=name)
 
 
 class Attention(nn.Module):

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from easylemur.ops.matmul import transpose_by_matmul
-from easylemur.sharding import constrain, platform
+from easylemur.sharding import ACCELERATED, constrain, platform
 
 
 def target_weights(batch: dict) -> jax.Array:
@@ -111,6 +111,10 @@ def _fused_fwd(hidden, head, targets, w, z_loss, chunk, mesh):
     dt = hidden.dtype
     V = head.shape[1]
     cpu = platform(mesh) == "cpu"
+    # The head's weight gradient is written in the compute dtype on TPU/GPU, as every other
+    # projection's (`low_precision_matmul`): each chunk's partial product is reduced over the
+    # batch axes before it joins the float32 sum, so this halves those bytes on the wire.
+    dw_dtype = dt if platform(mesh) in ACCELERATED else jnp.float32
 
     def body(dhead, a):
         h, t, wt = a  # [B, c, d], [B, c], [B, c]
@@ -134,8 +138,8 @@ def _fused_fwd(hidden, head, targets, w, z_loss, chunk, mesh):
 
             dw = jax.lax.dot(transpose_by_matmul(h2), g2, preferred_element_type=jnp.float32)
         else:
-            dw = jax.lax.dot_general(h2, g2, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-        dhead = constrain(dhead + dw, ("embed", "vocab"), mesh)
+            dw = jax.lax.dot_general(h2, g2, (((0,), (0,)), ((), ())), preferred_element_type=dw_dtype)
+        dhead = constrain(dhead + dw.astype(jnp.float32), ("embed", "vocab"), mesh)
         return dhead, (loss, dh)
 
     init = constrain(jnp.zeros(head.shape, jnp.float32), ("embed", "vocab"), mesh)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -76,9 +77,30 @@ def _host_has_tpu_chips() -> bool:
     return any(dev.glob("accel*")) or any(p.name != "vfio" for p in (dev / "vfio").glob("*"))
 
 
+def torus_wrap(topology: str) -> tuple[bool, bool, bool]:
+    """Which of the slice's ICI dimensions close into a ring (wraparound links): on v4 and v5p
+    every dimension of a slice of 64 chips or more (4x4x4 and up, built of whole 4x4x4 cubes
+    joined by optical switches), none below; on v5e and v6e a dimension of 16 chips (the full
+    pod's). Without it libtpu describes an open mesh, on which the TPU compiler runs every
+    large FSDP all-gather as an all-reduce of a zero-padded buffer: twice the bytes
+    (docs/design.md, "Torus wraparound")."""
+    generation, _, shape = topology.partition(":")
+    try:
+        dims = [int(d) for d in shape.split("x")]
+    except ValueError:
+        return (False, False, False)
+    if generation in ("v4", "v5p", "v5"):
+        closed = math.prod(dims) >= 64 and all(d % 4 == 0 for d in dims)
+        wrap = [closed] * len(dims)
+    else:
+        wrap = [d == 16 for d in dims]
+    return tuple((wrap + [False] * 3)[:3])
+
+
 def topology_devices(topology: str, chip_config: str, num_slices: int = 1) -> list:
     """The devices `num_slices` slices of `topology` present to JAX (each device knows its
-    `slice_index`: a multi-slice job's slices are joined by the data-center network)."""
+    `slice_index`: a multi-slice job's slices are joined by the data-center network), with the
+    slice's torus wraparound (`torus_wrap`) and 2x2 chips per host, as TPU VMs have them."""
     from jax.experimental import topologies
 
     if not _host_has_tpu_chips():
@@ -96,6 +118,9 @@ def topology_devices(topology: str, chip_config: str, num_slices: int = 1) -> li
     # compiled nothing yet (`python -m easylemur.aot`); one that has (a test worker) may still warn.
     jax.config.update("jax_enable_compilation_cache", False)
     kwargs = {} if chip_config == "default" else {"chip_config_name": chip_config}
+    wrap = torus_wrap(topology)
+    if any(wrap):
+        kwargs.update(wrap=wrap, chips_per_host_bounds=(2, 2, 1))
     if num_slices > 1:
         kwargs["num_slices"] = num_slices
     try:
@@ -249,6 +274,9 @@ def step_cost(cfg, model_cfg, mesh, compiled, platform: str, B: int, T: int) -> 
     chip = hlo_cost.CHIPS[platform]
     roof = hlo_cost.roofline(flops, hbm, coll["total_bytes"], chip, B * T, dcn_bytes=dcn["total_bytes"])
     offload = host["to_host"] + host["from_host"]
+    overlap = hlo_cost.collective_overlap(text, shape, chip)
+    # the compiled schedule's own overlap: compute (or HBM) time, then the ICI time it leaves exposed
+    overlapped = max(roof["compute_s"], roof["hbm_s"]) + overlap["exposed_ici_s"] + roof.get("dcn_s", 0.0)
     return {
         "estimate": True,
         "flops_per_device": flops, "xla_flops_raw": raw["flops"],
@@ -267,8 +295,10 @@ def step_cost(cfg, model_cfg, mesh, compiled, platform: str, B: int, T: int) -> 
                  "ici_bandwidth_bidirectional": chip.ici_bandwidth, "dcn_bandwidth": chip.dcn_bandwidth,
                  "source": chip.source},
         "tokens_per_step": B * T, **roof,
-        "ignores": "overlap of compute and communication, kernel efficiency, ICI topology (every link assumed busy), "
-                   "host offload transfers over PCIe (reported, not in the bound)",
+        "overlap": overlap, "step_s_overlap_estimate": overlapped,
+        "mfu_overlap_estimate": roof["compute_s"] / overlapped if overlapped else None,
+        "ignores": "kernel efficiency, ICI topology (every link assumed busy), host offload transfers over PCIe "
+                   "(reported, not in the bound); overlap only in the overlap estimate",
     }
 
 
@@ -298,6 +328,9 @@ def cost_table(result: dict) -> str:
         f"({c['bound_by']}), MFU at most {c['mfu_bound']:.1%}, "
         f"{c['days_for_train_tokens']:.1f} days for {c['train_tokens'] / 1e9:.0f}B tokens; no overlap of compute and ICI: "
         f"{c['step_s_no_overlap']:.2f} s, MFU {c['mfu_no_overlap']:.1%}",
+        f"  overlap         {c['overlap']['hidden_fraction']:9.1%}    of ICI time hidden by the compiled schedule "
+        f"(async {c['overlap']['async_ici_s']:.2f} s of {c['overlap']['ici_s']:.2f} s; matmul time between start and done): "
+        f"step about {c['step_s_overlap_estimate']:.2f} s, MFU {c['mfu_overlap_estimate']:.1%}",
     ])
 
 

@@ -400,12 +400,33 @@ def _is_scatter(comp: Computation, ins: Instr) -> bool:
     return True
 
 
+def _sent_bytes(comps: dict[str, Computation], comp: Computation, ins: Instr,
+                mesh_shape: dict[str, int]) -> Optional[tuple[str, float, str]]:
+    """(kind, bytes a device sends, mesh axes) of one collective op, by the module docstring's
+    convention; None when its replica groups cannot be read."""
+    kind = ins.opcode.removesuffix("-start")
+    if kind == "all-reduce" and _is_scatter(comp, ins):
+        kind = "reduce-scatter"
+    elif kind == "all-reduce" and _is_padded_gather(comps, comp, ins):
+        kind = "all-gather-as-all-reduce"
+    operand = sum(shape_bytes(comp.instrs[o].shape) for o in ins.operands if o in comp.instrs)
+    if kind == "collective-permute":
+        return kind, operand, "permute"
+    groups = replica_groups(ins.attrs, math.prod(mesh_shape.values()))
+    if groups is None:
+        return None
+    n = len(groups[0])
+    moved = {"all-gather": operand * (n - 1), "reduce-scatter": operand * (n - 1) / n,
+             "all-reduce": 2 * operand * (n - 1) / n, "all-gather-as-all-reduce": 2 * operand * (n - 1) / n,
+             "all-to-all": operand * (n - 1) / n}[kind]
+    return kind, moved, group_axes(groups[0], mesh_shape) if n > 1 else "none"
+
+
 def collective_bytes(text: str, mesh_shape: dict[str, int]) -> dict[str, Any]:
     """Per-device bytes of the step's collectives (convention in the module docstring), by kind
     and by the mesh axes they span, ops in loops counted once per iteration."""
     comps, entry = parse_module(text)
     counts, loops = run_counts(comps, entry)
-    n_dev = math.prod(mesh_shape.values())
     by_kind = {k: 0.0 for k in KINDS}
     by_axis: dict[str, float] = {}
     ops = {k: 0.0 for k in KINDS}
@@ -420,23 +441,11 @@ def collective_bytes(text: str, mesh_shape: dict[str, int]) -> dict[str, Any]:
                 continue
             if "chain_id=" in ins.attrs and not _starts_chain(comp):
                 continue  # the update and done parts of an async collective: counted at its start
-            if kind == "all-reduce" and _is_scatter(comp, ins):
-                kind = "reduce-scatter"
-            elif kind == "all-reduce" and _is_padded_gather(comps, comp, ins):
-                kind = "all-gather-as-all-reduce"
-            operand = sum(shape_bytes(comp.instrs[o].shape) for o in ins.operands if o in comp.instrs)
-            if kind == "collective-permute":
-                moved, axis = operand, "permute"
-            else:
-                groups = replica_groups(ins.attrs, n_dev)
-                if groups is None:
-                    unparsed += 1
-                    continue
-                n = len(groups[0])
-                moved = {"all-gather": operand * (n - 1), "reduce-scatter": operand * (n - 1) / n,
-                         "all-reduce": 2 * operand * (n - 1) / n, "all-gather-as-all-reduce": 2 * operand * (n - 1) / n,
-                         "all-to-all": operand * (n - 1) / n}[kind]
-                axis = group_axes(groups[0], mesh_shape) if n > 1 else "none"
+            sent = _sent_bytes(comps, comp, ins, mesh_shape)
+            if sent is None:
+                unparsed += 1
+                continue
+            kind, moved, axis = sent
             by_kind[kind] += moved * times
             ops[kind] += times
             by_axis[axis] = by_axis.get(axis, 0.0) + moved * times
@@ -537,6 +546,100 @@ CHIPS = {
                 2 * 100e9 / 8 / 8),
     "v6e": Chip(918e12, 1638e9, 800e9, "cloud.google.com/tpu/docs/v6e"),
 }
+
+
+def _callee(comps: dict[str, Computation], ins: Instr) -> Optional[Computation]:
+    m = re.search(r"calls=%([^\s,]+)", ins.attrs)
+    return comps.get(m.group(1)) if m else None
+
+
+def _dot_flops(comp: Computation, ins: Instr) -> float:
+    """2 x output elements x contracted size of a convolution or dot (TPU writes matmuls as
+    0-spatial convolutions, `dim_labels=bf_io->bf`: the lhs's `f` dimension is contracted)."""
+    shapes = array_shapes(ins.shape)
+    lhs = comp.instrs.get(ins.operands[0]) if ins.operands else None
+    if not shapes or lhs is None or not array_shapes(lhs.shape):
+        return 0.0
+    out, lhs_dims = math.prod(shapes[0][1]), array_shapes(lhs.shape)[0][1]
+    if ins.opcode == "dot":
+        m = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)
+        contracted = math.prod(lhs_dims[int(i)] for i in m.group(1).split(",") if i) if m else 1
+    else:
+        labels = re.search(r"dim_labels=([^_\s,]+)_", ins.attrs)
+        if not labels or "f" not in labels.group(1) or len(labels.group(1)) != len(lhs_dims):
+            return 0.0
+        contracted = lhs_dims[labels.group(1).index("f")]
+        groups = re.search(r"feature_group_count=(\d+)", ins.attrs)
+        contracted //= int(groups.group(1)) if groups else 1
+        window = re.search(r"window=\{size=([\dx]+)", ins.attrs)
+        contracted *= math.prod(int(w) for w in window.group(1).split("x")) if window else 1
+    return 2.0 * out * contracted
+
+
+def _instr_flops(comps: dict[str, Computation], comp: Computation, ins: Instr, depth: int = 0) -> float:
+    """Matmul FLOPs of an instruction: its own, or those of the computation a fusion calls."""
+    if ins.opcode in ("convolution", "dot"):
+        return _dot_flops(comp, ins)
+    callee = _callee(comps, ins) if ins.opcode == "fusion" and depth < 4 else None
+    return sum(_instr_flops(comps, callee, i, depth + 1) for i in callee.instrs.values()) if callee else 0.0
+
+
+def _chain_key(comps: dict[str, Computation], callee: Computation) -> Optional[str]:
+    for i in callee.instrs.values():
+        m = re.search(r'chain_id="?(\d+)', i.attrs)
+        if m:
+            return m.group(1)
+    return None
+
+
+def collective_overlap(text: str, mesh_shape: dict[str, int], chip: Chip) -> dict[str, Any]:
+    """How much of the step's collective time its compiled schedule can hide behind matmuls.
+
+    A synchronous collective hides nothing. An async one (TPU: a start fusion, then a done
+    fusion later in the schedule, one chain_id) runs beside whatever the schedule puts between
+    the two: it is counted hidden up to the matmul time of those instructions (their FLOPs at
+    the chip's peak), the rest exposed. Splash attention's kernels are custom calls whose
+    FLOPs are not read, so the hidden part is a lower bound there. Loops are weighted by
+    their trip counts, as in `collective_bytes`."""
+    comps, entry = parse_module(text)
+    counts, _ = run_counts(comps, entry)
+    link = chip.ici_bandwidth / 2
+    total_s = async_s = hidden_s = 0.0
+    for comp in comps.values():
+        times = counts.get(comp.name, 0.0)
+        if not times:
+            continue
+        open_chains: dict[Optional[str], list[float]] = {}  # chain -> [collective s, matmul s since start]
+        for ins in comp.instrs.values():
+            callee = _callee(comps, ins) if ins.opcode == "fusion" else None
+            root = callee.root.attrs if callee is not None and callee.root is not None else ""
+            if 'custom_call_target="AsyncCollectiveStart"' in root:
+                moved = 0.0
+                for c in callee.instrs.values():
+                    sent = _sent_bytes(comps, callee, c, mesh_shape) if c.opcode.removesuffix("-start") in COLLECTIVES \
+                        else None
+                    moved += sent[1] if sent else 0.0
+                open_chains[_chain_key(comps, callee)] = [moved / link, 0.0]
+                continue
+            if 'custom_call_target="AsyncCollectiveDone"' in root:
+                key = _chain_key(comps, callee)
+                chain = open_chains.pop(key if key in open_chains else next(iter(open_chains), None), None)
+                if chain:
+                    async_s += chain[0] * times
+                    hidden_s += min(chain[0], chain[1]) * times
+                continue
+            if callee is not None and 'custom_call_target="AsyncCollective' in root:
+                continue  # an update step of a chain
+            if ins.opcode.removesuffix("-start") in COLLECTIVES and "chain_id=" not in ins.attrs:
+                sent = _sent_bytes(comps, comp, ins, mesh_shape)
+                total_s += (sent[1] / link if sent else 0.0) * times
+                continue
+            flops = _instr_flops(comps, comp, ins)
+            for chain in open_chains.values():
+                chain[1] += flops / chip.peak_flops
+    total_s += async_s
+    return {"ici_s": total_s, "async_ici_s": async_s, "hidden_ici_s": hidden_s, "exposed_ici_s": total_s - hidden_s,
+            "hidden_fraction": hidden_s / total_s if total_s else 0.0}
 
 
 def roofline(flops: float, hbm_bytes: float, ici_bytes: float, chip: Chip, tokens_per_step: float,
