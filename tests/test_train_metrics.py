@@ -107,3 +107,16 @@ def test_resume_refuses_a_changed_architecture_and_announces_a_changed_optimizer
     assert "applied from step 31" in said[0]
     rows = [json.loads(l) for l in (w / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 31
+
+
+def test_a_cpu_run_measures_its_hosts_matmul_rate_without_a_stated_peak(monkeypatch):
+    from easylemur.train import metrics
+
+    measure = metrics.measure_cpu_peak
+    assert 1e8 < measure(n=256, reps=2, trials=1) < 1e14  # a real (small) measurement
+    monkeypatch.delenv("EASYLEMUR_CPU_PEAK_FLOPS", raising=False)
+    calls = []
+    monkeypatch.setattr(metrics, "measure_cpu_peak", lambda: calls.append(1) or 5e10)
+    assert metrics.peak_flops() == (5e10, "measured CPU bf16 matmul") and calls == [1]
+    monkeypatch.setenv("EASYLEMUR_CPU_PEAK_FLOPS", "2e11")
+    assert metrics.peak_flops() == (2e11, "EASYLEMUR_CPU_PEAK_FLOPS")
