@@ -19,8 +19,9 @@ def low_precision_matmul(x: jax.Array, k: jax.Array, out_dtype, weight_grad_dtyp
     `weight_grad_dtype`: what the weight-gradient matmul writes. On TPU/GPU the compute dtype:
     the MXU / tensor cores accumulate in float32 inside the matmul either way, and a bf16 result
     halves the full-weight gradient buffer and the bytes its FSDP reduce-scatter moves (an
-    f32[8192, 28672] gradient of a 70B MLP matrix is 0.94 GB per device). On a CPU float32,
-    the fast path there, cast after the matmul.
+    f32[8192, 28672] gradient of a 70B MLP matrix is 0.94 GB per device). The input gradient
+    is then written in the compute dtype too. On a CPU float32, the fast path there, cast after
+    the matmul.
 
     `transpose_for_cpu`: XLA:CPU runs a bf16 matmul natively (AMX/AVX-512 through its YNNPACK
     fusion) only when the lhs contracts its minor dimension; the weight gradient x^T @ ct
@@ -50,7 +51,11 @@ def _lpm_fwd(x, k, out_dtype, weight_grad_dtype, transpose_for_cpu):
 def _lpm_bwd(out_dtype, weight_grad_dtype, transpose_for_cpu, res, ct):
     x, k = res
     ct = ct.astype(x.dtype)
-    dx = jax.lax.dot_general(ct, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    # Where the weight gradient is written in the compute dtype (TPU/GPU), so is the input
+    # gradient: under tensor parallelism its partial sums are reduced over `tensor`, and this
+    # sends them in bf16, as MaxText does, instead of float32 (docs/design.md, "Tensor parallelism").
+    dx_dtype = jnp.float32 if jnp.dtype(weight_grad_dtype) == jnp.float32 else x.dtype
+    dx = jax.lax.dot_general(ct, k, (((1,), (1,)), ((), ())), preferred_element_type=dx_dtype)
     M, I, O = x.shape[0], x.shape[1], k.shape[1]
     if transpose_for_cpu and I <= O and M * I * O >= _TRANSPOSE_MIN_MACS:
         dk = jax.lax.dot(transpose_by_matmul(x), ct, preferred_element_type=weight_grad_dtype)
