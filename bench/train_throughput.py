@@ -4,10 +4,15 @@ batch), on this machine's CPU.
 
     python bench/train_throughput.py [--only easylemur|transformers] [--hidden 512 --layers 8 --heads 8
         --kv-heads 8 --ff 1408 --vocab 32000 --batch 8 --seq 512 --steps 3 --repeats 3]
+        [--dtype auto|float32|bfloat16] [--torch-dtype best|float32|bfloat16]
 
 Defaults: the ~58M-parameter shape (d=512, 8 layers, 8 heads, ff 1408, vocab 32000), 8 rows of
-512 tokens, easylemur computing in bf16 (float32 master weights) against PyTorch's bf16
-autocast (float32 master weights too). Every timed round is a fresh process of one side, as a
+512 tokens, easylemur computing in the dtype `python -m easylemur.train` picks for
+model.dtype=auto on this CPU (bf16 where it has AVX-512 BF16 or AMX, else float32;
+easylemur/host.py, said in the first line; float32 master weights either way) against PyTorch at
+its best on this machine: both float32 and bf16 autocast (float32 master weights too) are timed,
+and the ratio is against the faster, named in the JSON (`transformers_dtype`; --torch-dtype
+times one). Every timed round is a fresh process of one side, as a
 user's run would be, the sides alternating, --repeats rounds of --steps steps each, after two
 warm-up steps (easylemur's compilation is not timed; its later rounds load the step from this
 run's compilation cache). One process per side for the whole run would not be fair on this VM:
@@ -18,8 +23,9 @@ itself with the malloc setting `python -m easylemur.train` uses on a CPU (easyle
 transformers runs with PyTorch's defaults. Each round line gives the side's page faults per
 step, the figure to look at when a side's tokens/s moves between runs. Each figure is the best
 round, since other work on a shared machine only ever slows a round down. The 1-minute load
-average is printed with every round. `matmul_ceiling_gflops` is this CPU's bf16 matmul rate
-(2048^3, float32 accumulation, through XLA) measured in the same run, after the rounds; each
+average is printed with every round. `matmul_ceiling_gflops` is this CPU's matmul rate in
+easylemur's compute dtype (2048^3, float32 accumulation, through XLA) measured in the same run,
+after the rounds; each
 side's GFLOP/s uses the same FLOPs per token (easylemur.train.metrics.flops_per_token, MaxText's
 formula). The last line is one JSON object. Not a test: timings go here, never into assertions.
 """
@@ -54,9 +60,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3, help="steps per timed round")
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds per side, alternating")
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"], help="easylemur compute dtype")
-    ap.add_argument("--torch-dtype", default="bfloat16", choices=["float32", "bfloat16"],
-                    help="PyTorch compute: bfloat16 autocast (float32 master weights, like easylemur) or float32")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="easylemur compute dtype; auto: model.dtype=auto's pick on this CPU (bfloat16 where it has "
+                    "native bf16, else float32)")
+    ap.add_argument("--torch-dtype", default="best", choices=["best", "float32", "bfloat16"],
+                    help="PyTorch compute: bfloat16 autocast (float32 master weights, like easylemur), float32, or "
+                    "best: both timed, the ratio against the faster")
     ap.add_argument("--attention", default="auto", help="easylemur's model.attention")
     ap.add_argument("--loss-chunk", type=int, default=0, help="easylemur's train.loss_chunk (0: automatic)")
     ap.add_argument("--worker", choices=["easylemur", "transformers"], help=argparse.SUPPRESS)
@@ -71,6 +80,36 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
+def easylemur_dtype(asked: str) -> tuple[str, str]:
+    """(dtype, why) easylemur computes in: --dtype, or for auto what `python -m easylemur.train`
+    picks for model.dtype=auto on this CPU (easylemur/host.py)."""
+    if asked != "auto":
+        return asked, "--dtype"
+    from easylemur import host
+
+    try:
+        return host.compute_dtype("cpu", host.cpu_flags(), os.environ)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def torch_dtypes(asked: str) -> list[str]:
+    """The PyTorch compute dtypes to time: --torch-dtype, or both for best."""
+    return ["float32", "bfloat16"] if asked == "best" else [asked]
+
+
+def torch_label(dtype: str) -> str:
+    return "bfloat16 autocast" if dtype == "bfloat16" else dtype
+
+
+def matmul_ceiling(dtype: str) -> float:
+    """This CPU's matmul rate in `dtype` (float32 accumulation, through XLA), in FLOP/s: what
+    easylemur.train.metrics.measure_cpu_peak measures, in that dtype."""
+    from easylemur.train.metrics import measure_cpu_peak
+
+    return measure_cpu_peak(dtype=dtype)
+
+
 def model_config(args: argparse.Namespace):
     """The easylemur LlamaConfig of the benchmarked shape."""
     import dataclasses
@@ -79,7 +118,7 @@ def model_config(args: argparse.Namespace):
 
     return dataclasses.replace(
         PRESETS["tiny"], vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff,
-        num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads, dtype=args.dtype,
+        num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads, dtype=easylemur_dtype(args.dtype)[0],
         max_position_embeddings=max(args.seq, 1024), attention=args.attention,
     )
 
@@ -173,7 +212,8 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def run_round(name: str, argv: list[str], env: dict) -> tuple[float, float]:
-    """(seconds, page faults per step) of --steps steps of `name` in a fresh worker process."""
+    """(seconds, page faults per step) of --steps steps of `name` ("easylemur", or
+    "transformers" with its --torch-dtype in `argv`) in a fresh worker process."""
     import subprocess
 
     run = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--worker", name], env=env,
@@ -190,36 +230,51 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return worker(args)
+    dtype, why = easylemur_dtype(args.dtype)
     cfg = model_config(args)
-    names = [args.only] if args.only else ["easylemur", "transformers"]
+    # each side with its own arguments: easylemur's dtype resolved once here, one PyTorch dtype per worker
+    sides = {}
+    if args.only != "transformers":
+        sides["easylemur"] = ("easylemur", [*argv, "--dtype", dtype])
+        print(f"easylemur: compute {dtype} ({why})", flush=True)
+    if args.only != "easylemur":
+        for tdt in torch_dtypes(args.torch_dtype):
+            sides[f"torch {tdt}"] = ("transformers", [*argv, "--torch-dtype", tdt])
     tokens = args.batch * args.seq * args.steps
-    best = {name: 0.0 for name in names}
+    best = {name: 0.0 for name in sides}
     with tempfile.TemporaryDirectory(prefix="easylemur-bench-") as cache:
         # easylemur's rounds after the first load its compiled step from this run's own cache
         env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache)
         for r in range(args.repeats):
-            for name in names:
-                seconds, faults = run_round(name, argv, env)
+            for name, (worker_name, worker_argv) in sides.items():
+                seconds, faults = run_round(worker_name, worker_argv, env)
                 best[name] = max(best[name], tokens / seconds)
-                print(f"round {r + 1} {name:12s} {tokens / seconds:8.1f} tokens/s  {faults:9.0f} page faults/step  "
+                print(f"round {r + 1} {name:14s} {tokens / seconds:8.1f} tokens/s  {faults:9.0f} page faults/step  "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)
-    from easylemur.train.metrics import flops_per_token, measure_cpu_peak
+    from easylemur.train.metrics import flops_per_token
 
-    ceiling = measure_cpu_peak()
+    ceiling = matmul_ceiling(dtype)
     flops = flops_per_token(cfg, args.seq)
     result = {"model_params": cfg.num_params(), "batch": [args.batch, args.seq]}
+    figures = {}
     if "easylemur" in best:
-        result["easylemur_dtype"] = args.dtype
-        result["easylemur_tokens_per_second"] = round(best["easylemur"], 1)
-    if "transformers" in best:
-        result["transformers_dtype"] = "bfloat16 autocast" if args.torch_dtype == "bfloat16" else "float32"
-        result["transformers_tokens_per_second"] = round(best["transformers"], 1)
-    if len(best) == 2:
-        result["ratio"] = round(best["easylemur"] / best["transformers"], 3)
+        result["easylemur_dtype"] = dtype
+        result["easylemur_dtype_why"] = why
+        result["easylemur_tokens_per_second"] = figures["easylemur"] = round(best["easylemur"], 1)
+    by_dtype = {tdt: best[f"torch {tdt}"] for tdt in torch_dtypes(args.torch_dtype) if f"torch {tdt}" in best}
+    if by_dtype:
+        top = max(by_dtype, key=by_dtype.get)  # PyTorch's best dtype on this machine
+        result["transformers_dtype"] = torch_label(top)
+        result["transformers_tokens_per_second"] = figures["transformers"] = round(by_dtype[top], 1)
+        result["transformers_by_dtype"] = {torch_label(t): round(v, 1) for t, v in by_dtype.items()}
+    if len(figures) == 2:
+        result["ratio"] = round(best["easylemur"] / by_dtype[top], 3)
+        result["ratio_by_torch_dtype"] = {torch_label(t): round(best["easylemur"] / v, 3) for t, v in by_dtype.items()}
+    result["matmul_ceiling_dtype"] = dtype
     result["matmul_ceiling_gflops"] = round(ceiling / 1e9, 1)
-    for name in best:
-        result[f"{name}_gflops"] = round(best[name] * flops / 1e9, 1)
-        result[f"{name}_fraction_of_ceiling"] = round(best[name] * flops / ceiling, 4)
+    for name, tps in figures.items():
+        result[f"{name}_gflops"] = round(tps * flops / 1e9, 1)
+        result[f"{name}_fraction_of_ceiling"] = round(tps * flops / ceiling, 4)
     result["load_average_1m"] = round(os.getloadavg()[0], 2)
     result["cpus"] = os.cpu_count()
     print(json.dumps(result))

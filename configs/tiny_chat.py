@@ -6,8 +6,9 @@ from ml_collections import ConfigDict
 def get_config() -> ConfigDict:
     c = ConfigDict()
     c.workdir = "runs/tiny_chat"
-    # bf16 matmul inputs with float32 accumulation: the fastest path on CPUs with AVX-512 BF16
-    c.model = ConfigDict({"preset": "tiny", "dtype": "bfloat16"})
+    # auto: bf16 matmul inputs (float32 accumulation) where the CPU computes bf16 natively
+    # (AVX-512 BF16, AMX) and on TPU/GPU, float32 on other CPUs (docs/design.md, "Compute dtype on CPUs")
+    c.model = ConfigDict({"preset": "tiny", "dtype": "auto"})
     c.data = ConfigDict()
     c.data.seq_len = 256
     c.data.sources = ConfigDict()

@@ -15,9 +15,10 @@ import ast
 import dataclasses
 import importlib.util
 import json
+import os
 import traceback
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ml_collections import ConfigDict
 
@@ -68,6 +69,8 @@ def default_config() -> ConfigDict:
     # model.preset names a shape in easylemur.models.llama.PRESETS; any other model.<field>
     # overrides that LlamaConfig field (validated against the dataclass, see model_config()),
     # e.g. model.attention: auto (default) | dense | blockwise | splash (docs/design.md, "Attention").
+    # model.dtype (compute): float32 | bfloat16 | float16 | auto: bfloat16 on TPU and GPU, on a CPU
+    # bfloat16 where it has native bf16 (AVX-512 BF16, AMX) else float32 (docs/design.md, "Compute dtype on CPUs").
     c.model = ConfigDict({"preset": "tiny"})
 
     c.data = ConfigDict()
@@ -156,6 +159,19 @@ def default_config() -> ConfigDict:
     c.distributed.coordinator_address = ""  # empty: auto-detect on TPU VMs, single process elsewhere
     c.distributed.num_processes = 0
     c.distributed.process_id = -1
+    # Lost hosts (docs/design.md, "Lost hosts and hangs"): a process whose heartbeat has not come for
+    # this long (killed, stalled, unreachable; the coordinator: not answering) ends every process
+    # within it plus ~2 s, each naming it, exit 75; JAX's own heartbeat, 15 s longer, is the backstop
+    c.distributed.heartbeat_timeout_seconds = 30
+    c.distributed.initialization_timeout_seconds = 300  # every process must have joined the pod within this
+    c.distributed.shutdown_timeout_seconds = 60  # JAX's shutdown barrier at a clean end waits this long at most
+
+    # The step watchdog (docs/design.md, "Lost hosts and hangs"): no step finished for max(step_factor x
+    # the median step time, floor_seconds), outside compile, save and eval, dumps every thread's stack
+    # and exits 76 (a hung data read, collective or host)
+    c.watchdog = ConfigDict()
+    c.watchdog.step_factor = 10.0  # the limit: max(step_factor x median step time, floor_seconds); then exit 76
+    c.watchdog.floor_seconds = 60.0  # 0: no watchdog
     return c
 
 
@@ -345,6 +361,14 @@ def validate(cfg: ConfigDict) -> None:
         section, name = key.split(".")
         if cfg[section][name] < 0:
             raise ConfigError(f"config key '{key}' must be 0 or more, got {cfg[section][name]}")
+    for key in ("distributed.heartbeat_timeout_seconds", "distributed.initialization_timeout_seconds",
+                "distributed.shutdown_timeout_seconds", "watchdog.step_factor"):
+        section, name = key.split(".")
+        if cfg[section][name] <= 0:
+            raise ConfigError(f"config key '{key}' must be more than 0, got {cfg[section][name]}")
+    if cfg.watchdog.floor_seconds < 0:
+        raise ConfigError(f"config key 'watchdog.floor_seconds' must be 0 (no watchdog) or more, got "
+                          f"{cfg.watchdog.floor_seconds}")
     if cfg.train.batch_size % cfg.train.grad_accum:
         raise ConfigError(
             f"train.batch_size={cfg.train.batch_size} must be divisible by train.grad_accum={cfg.train.grad_accum}"
@@ -453,8 +477,34 @@ def _checked_stages(stages: Any, names: list[str]) -> list[dict]:
     return out
 
 
-def model_config(cfg: ConfigDict):
-    """The LlamaConfig a run config names: the preset with model.<field> overrides applied."""
+def compute_dtype(cfg: ConfigDict, platform: Optional[str] = None) -> tuple[str, str]:
+    """(the compute dtype, why) of a run config for a program compiled for `platform`
+    (`sharding.platform(mesh)`): model.dtype when it names one, the preset's when unset, and
+    for model.dtype=auto the hardware's pick, `host.compute_dtype` (bfloat16 off a CPU and for
+    platform None, i.e. no mesh at hand, as `aot` compiling for TPU; on a CPU by its flags)."""
+    from easylemur import host
+    from easylemur.model.llama import PRESETS
+
+    asked = cfg.model.get("dtype")
+    on_cpu = platform == "cpu"
+    if asked == "auto":
+        try:
+            return host.compute_dtype(platform, host.cpu_flags() if on_cpu else None, os.environ)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    if asked is None:
+        preset = PRESETS.get(cfg.model.get("preset", "tiny"))
+        return (preset.dtype if preset else "float32"), "the preset's; model.dtype=auto picks by the hardware"
+    why = f"model.dtype={asked}"
+    flags = host.cpu_flags() if on_cpu and asked == "bfloat16" else None
+    if flags is not None and not host.native_bf16(flags):
+        why += "; this CPU has no native bf16, so bf16 is emulated"
+    return asked, why
+
+
+def model_config(cfg: ConfigDict, platform: Optional[str] = None):
+    """The LlamaConfig a run config names: the preset with model.<field> overrides applied,
+    model.dtype=auto resolved for `platform` (`compute_dtype`; the LlamaConfig never holds it)."""
     from easylemur.model.llama import LlamaConfig, PRESETS
 
     fields = {f.name: f for f in dataclasses.fields(LlamaConfig)}
@@ -476,6 +526,8 @@ def model_config(cfg: ConfigDict):
                                                (expected != (bool,) and isinstance(value, bool))):
             raise ConfigError(f"config key 'model.{key}' must be {expected[-1].__name__}, got {value!r}")
         overrides[key] = float(value) if isinstance(default, float) and value is not None else value
+    if overrides.get("dtype") == "auto":
+        overrides["dtype"] = compute_dtype(cfg, platform)[0]
     try:
         return dataclasses.replace(PRESETS[preset], **overrides)
     except ValueError as e:

@@ -6,6 +6,10 @@
 - `RunError`: a run that could not go on (a non-finite loss, a checkpoint save that failed).
   The message says what happened and what state is safe. Exit 1.
 
+A multi-process training run adds two codes of its own (docs/design.md, "Lost hosts and hangs"):
+75 (`EXIT_LOST_HOST`) when another process of the pod was lost and 76 (`EXIT_HANG`) when no step
+finished within the step watchdog's limit; a babysitter relaunches both.
+
 Every CLI's `main` goes through `run_cli`, which prints one line `error: ...` to stderr and
 returns the exit code; the traceback only with `--debug` or `EASYLEMUR_DEBUG=1`. Anything else
 that escapes is a bug in easylemur: it is reported in one line too, naming its type, with a hint
@@ -23,6 +27,7 @@ import traceback
 from typing import Callable, Optional, Sequence
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+EXIT_LOST_HOST, EXIT_HANG = 75, 76  # train: a process of the pod lost; no step within the watchdog's limit
 
 
 class InputError(ValueError):
@@ -56,10 +61,15 @@ def run_cli(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Seque
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        if debug_enabled(argv):
-            traceback.print_exc()
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
+        return report(e, argv)
+
+
+def report(e: BaseException, argv: Optional[Sequence[str]] = None) -> int:
+    """Prints the error's one line (its traceback first with --debug); returns its exit code."""
+    if debug_enabled(argv):
+        traceback.print_exception(e)
+    print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+    return EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
 
 
 def brief(e: BaseException, limit: int = 240) -> str:

@@ -1,5 +1,7 @@
 """Facts about the host a run starts on, read before JAX is imported: which accelerator
-device nodes it has, and the malloc setting a CPU run restarts itself with.
+device nodes it has, the malloc setting a CPU run restarts itself with, and whether its CPU
+computes bf16 natively (what `model.dtype=auto` picks on a CPU; docs/design.md, "Compute dtype
+on CPUs").
 
 Why the restart: XLA:CPU allocates each execution's temporary buffer (2.4 GB for the 58M
 train step of bench/train_throughput.py) with posix_memalign on one of its worker threads.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 MALLOC_TUNABLES = ("glibc.malloc.hugetlb=1",)
 
@@ -87,3 +89,63 @@ def restart_with_cpu_malloc() -> None:
         os.execve(sys.executable, sys.orig_argv, env)
     except OSError:
         return
+
+
+# CPU flags (as Linux's /proc/cpuinfo spells them) of instructions that compute on bf16 rather
+# than convert it: x86's AMX tiles and AVX-512 BF16 (dot products of bf16 pairs), which XLA:CPU's
+# bf16 matmuls use (docs/design.md, "Performance"); aarch64's FEAT_BF16 (`bf16`: BFDOT, BFMMLA;
+# Graviton3, Neoverse V1/N2), the same kind of instruction, though not measured here. SVE alone
+# is no such instruction (A64FX has SVE and no bf16), nor is AVX-512 without its BF16 part.
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+# the environment's say over what model.dtype=auto computes in on a CPU (float32 or bfloat16)
+CPU_DTYPE_ENV = "EASYLEMUR_CPU_DTYPE"
+CPU_DTYPES = ("float32", "bfloat16")
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> Optional[frozenset]:
+    """This CPU's feature flags as Linux lists them (x86 `flags`, arm `Features`; the first
+    processor's, all cores of a host being alike), or None where they are unknown: no
+    /proc/cpuinfo (macOS, Windows) or no such line in it."""
+    try:
+        with open(path) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return None
+
+
+def compute_dtype(platform: Optional[str], flags: Optional[Iterable[str]] = None,
+                  environ: Optional[Mapping[str, str]] = None) -> tuple[str, str]:
+    """(dtype, why) that `model.dtype=auto` computes in, a pure function of the platform the
+    program is compiled for (`sharding.platform(mesh)`), the CPU's `flags` (`cpu_flags()`) and
+    the environment.
+
+    - Not a CPU (TPU, GPU; None: no mesh at hand, as for `aot`, which compiles TPU programs on
+      a CPU host): bfloat16, whatever the host's CPU does.
+    - A CPU: `EASYLEMUR_CPU_DTYPE` (float32 or bfloat16) when set; else bfloat16 where the CPU
+      has a NATIVE_BF16_FLAGS instruction, float32 where it has none (there XLA:CPU's bf16 is
+      conversions around float32 arithmetic: slower than float32 and less exact).
+    - A CPU whose flags are unknown (macOS, Windows): float32, which no CPU emulates; a CPU
+      that has bf16 then only runs slower than it could (model.dtype=bfloat16 forces bf16)."""
+    if platform != "cpu":
+        return "bfloat16", f"model.dtype=auto on {platform}" if platform else "model.dtype=auto, not a CPU program"
+    forced = (environ or {}).get(CPU_DTYPE_ENV, "")
+    if forced:
+        if forced not in CPU_DTYPES:
+            raise ValueError(f"{CPU_DTYPE_ENV}={forced!r} must be one of {', '.join(CPU_DTYPES)}")
+        return forced, f"{CPU_DTYPE_ENV}={forced}"
+    if flags is None:
+        return "float32", "CPU features unknown; set model.dtype=bfloat16 to force bf16"
+    native = native_bf16(flags)
+    if native:
+        return "bfloat16", f"CPU has {native}"
+    return "float32", "CPU has no native bf16; set model.dtype=bfloat16 to force it"
+
+
+def native_bf16(flags: Iterable[str]) -> Optional[str]:
+    """The first of NATIVE_BF16_FLAGS among a CPU's `flags`, or None."""
+    flags = set(flags)
+    return next((f for f in NATIVE_BF16_FLAGS if f in flags), None)

@@ -8,7 +8,6 @@ failing, so one rule table serves MHA, GQA and MQA shapes alike.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -260,25 +259,6 @@ def sync_processes(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def initialize_distributed(
-    coordinator_address: str = "", num_processes: int = 0, process_id: int = -1
-) -> None:
-    """Multi-host start-up. Explicit arguments for GPU/CPU clusters; on TPU VMs (several
-    workers) jax finds the coordinator itself. Single-process runs do nothing."""
-    if coordinator_address:
-        # Must run before any backend starts; gloo only affects the CPU backend's collectives.
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(
-            coordinator_address=coordinator_address,
-            num_processes=num_processes or None,
-            process_id=None if process_id < 0 else process_id,
-        )
-    elif _on_tpu_vm():
-        # jax finds the pod's coordinator, process count and index from the TPU VM metadata;
-        # on a single-host TPU VM this is one process and costs nothing.
-        jax.distributed.initialize()
-
-
 def platform(mesh: Mesh | None) -> str:
     """The platform the program is compiled for: the mesh's devices' ('cpu', 'gpu'/'cuda',
     'tpu'), not the default backend (AOT compiles for TPU devices on a CPU host); the default
@@ -289,11 +269,3 @@ def platform(mesh: Mesh | None) -> str:
 
 
 ACCELERATED = ("tpu", "gpu", "cuda", "rocm")
-
-
-def _on_tpu_vm() -> bool:
-    from easylemur.host import tpu_device_nodes
-
-    if os.environ.get("JAX_PLATFORMS", "") not in ("", "tpu"):
-        return False
-    return tpu_device_nodes()

@@ -420,3 +420,26 @@ def test_dry_run_prints_one_recovery(cloud):
 def test_bad_arguments(cloud, args, message):
     r = cloud.run("babysit.sh", *args)
     assert r.returncode == 2 and message in r.stderr and r.stdout == "", r.stderr
+
+
+@pytest.mark.slow
+def test_a_lost_host_exit_is_relaunched_at_once_while_the_queued_resource_stays_active(cloud):
+    """train's lost-host exit (75, docs/design.md "Lost hosts and hangs") on every worker, the
+    queued resource ACTIVE throughout: relaunched at the first poll that sees it (no second
+    poll for the state to change), after a stop on every worker; bounded by --max-restarts."""
+    assert cloud.run("create.sh", *WHERE, "--type", "v4-16", "--queued").returncode == 0
+    p = cloud.babysit(*WHERE, "--type", "v4-16", "--queued", "--local", str(cloud.source), "--max-restarts", "1",
+                      *FAST, "--", "bash", str(cloud.train), "--config.workdir=gs://bkt/lost", "3", "75")
+    assert p.wait(timeout=60) == 1, cloud.err.read_text()[-3000:]
+    out = cloud.text().splitlines()
+    interruptions = [line for line in out if " interruption " in line]
+    assert len(interruptions) == 2, out
+    assert ("interruption 1/1: worker 0: the run exited with status 75 (a process of the pod was lost); "
+            "relaunched as launch") in interruptions[0]
+    assert "retries exhausted" in interruptions[1]
+    assert "looking again at the next poll" not in cloud.err.read_text()
+    calls = cloud.calls()
+    assert not any(c[3:4] in (["create"], ["delete"]) for c in calls[1:])  # the queued resource stayed
+    stops = [c for c in calls if c[3:4] == ["ssh"] and "kill" in c[-1] and "nohup setsid" not in c[-1]]
+    assert stops, "a stop on every worker before the relaunch"
+    assert len(starts(cloud)) == 4  # 2 launches x 2 workers

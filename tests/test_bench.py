@@ -49,8 +49,33 @@ def test_train_throughput_reports_its_json():
         assert result[key] > 0, key
     assert "transformers_tokens_per_second" not in result and "ratio" not in result
     assert result["batch"] == [2, 32]
+    # --dtype auto (the default) is model.dtype=auto's pick on this CPU, said first
+    from easylemur import host
+
+    dtype, why = host.compute_dtype("cpu", host.cpu_flags(), os.environ)
+    assert result["easylemur_dtype"] == result["matmul_ceiling_dtype"] == dtype and result["easylemur_dtype_why"] == why
+    assert run.stdout.splitlines()[0] == f"easylemur: compute {dtype} ({why})"
     bad = _run("train_throughput.py", "--hidden", "60", "--heads", "8")
     assert bad.returncode == 2 and "heads must divide hidden" in bad.stderr, bad.stderr
+
+
+@pytest.mark.slow
+def test_train_throughput_rates_easylemur_against_torchs_best_dtype():
+    """Both sides, PyTorch in float32 and in bf16 autocast: the ratio is against the faster,
+    which the JSON names; easylemur in a forced dtype."""
+    run = _run("train_throughput.py", "--hidden", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--ff",
+               "128", "--vocab", "256", "--seq", "32", "--batch", "2", "--steps", "1", "--repeats", "1",
+               "--dtype", "float32")
+    assert run.returncode == 0, run.stderr
+    rounds = [x.split(" tokens/s")[0].split()[2:-1] for x in run.stdout.splitlines() if x.startswith("round ")]
+    assert rounds == [["easylemur"], ["torch", "float32"], ["torch", "bfloat16"]], rounds
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["easylemur_dtype"] == "float32" and result["easylemur_dtype_why"] == "--dtype"
+    by = result["transformers_by_dtype"]
+    assert set(by) == {"float32", "bfloat16 autocast"} and all(v > 0 for v in by.values()), by
+    assert result["transformers_dtype"] == max(by, key=by.get)
+    assert result["transformers_tokens_per_second"] == by[result["transformers_dtype"]]
+    assert set(result["ratio_by_torch_dtype"]) == set(by) and result["ratio"] == min(result["ratio_by_torch_dtype"].values())
 
 
 @pytest.mark.slow

@@ -27,6 +27,11 @@ VM's), then, through one ssh per slice, each worker's run. Interruptions, and wh
   a worker's run ended with a non-zero status, without one (killed, or its VM restarted), or
       after saving on a preemption notice ('stopped: saved step' in its log)
       stop what still runs on the other workers (stop.sh), launch
+  a worker's run exited 75 (train lost a process of the pod: another host died, hung or was
+      unreachable) or 76 (train's step watchdog: no step within its limit, a hang)
+      the same, at once: no second poll to wait for the TPU's state to change; stop.sh first
+      on every worker (a stalled or hung process may still be there: SIGKILL after at most
+      30 s, as nothing is left to save), then launch
 
 Each launch gets a new id; launch.sh refuses while any run is alive, so there is never a second
 run. Only one babysit.sh watches a NAME (a lock in \${TMPDIR:-/tmp}). At the start it adopts a
@@ -272,7 +277,7 @@ EXPECT=""  # the launch being watched
 probe() {
     local out at st id rc step stopl RUN_QUIET=1
     out=$(ssh_workers "$PROBE") || return 1
-    N_WORKERS=0 N_RUN=0 N_OK=0 N_OTHER=0 N_NODIR=0 STOPPED=0 BAD="" OTHER="" P_STEP=-
+    N_WORKERS=0 N_RUN=0 N_OK=0 N_OTHER=0 N_NODIR=0 STOPPED=0 BAD="" OTHER="" P_STEP=- POD_FAULT=""
     while IFS='|' read -r at st id rc step stopl; do
         case "$at" in "@babysit "*) at=${at#@babysit } ;; *) continue ;; esac
         N_WORKERS=$((N_WORKERS + 1))
@@ -294,6 +299,10 @@ probe() {
                 if [ -z "$EXPECT" ]; then :
                 elif [ "$id" != "$EXPECT" ]; then BAD=${BAD:-"$at runs no launch $EXPECT (its VM restarted?)"}
                 elif [ "$rc" = - ]; then BAD=${BAD:-"$at: the run ended without an exit status (killed, or its VM restarted)"}
+                elif [ "$rc" = 75 ] || [ "$rc" = 76 ]; then
+                    # train's own verdicts (docs/design.md, "Lost hosts and hangs"): relaunch at once
+                    POD_FAULT=${POD_FAULT:-"$at: the run exited with status $rc ($([ "$rc" = 75 ] \
+                        && echo "a process of the pod was lost" || echo "a hang: no step within the watchdog's limit"))"}
                 elif [ "$rc" != 0 ]; then BAD=${BAD:-"$at: the run exited with status $rc"}
                 elif [ "$stopl" = 1 ]; then BAD=${BAD:-"$at: the run saved and stopped (a preemption notice?)"}
                 else N_OK=$((N_OK + 1))
@@ -359,6 +368,11 @@ relaunch() {
         # a worker stop.sh cannot reach, or a run it had to SIGKILL, fails it; launch.sh's check
         # then refuses while anything is still alive
         sub stop.sh "${REACH[@]}" --timeout "$STOP_TIMEOUT" || true
+    fi
+    if [ "$kind" = halt ]; then
+        # after a lost host or a hang nothing is left to save: what still runs (a stopped or
+        # hung process) gets SIGKILL after 30 s at most
+        sub stop.sh "${REACH[@]}" --timeout "$((STOP_TIMEOUT < 30 ? STOP_TIMEOUT : 30))" || true
     fi
     if [ "$setup" = 1 ]; then
         tries=0
@@ -490,6 +504,15 @@ while true; do
     if [ "$N_OTHER" = "$N_WORKERS" ]; then
         EXPECT=$OTHER
         say "launch $EXPECT (not started here) is running on every worker: watching it"
+        continue
+    fi
+    if [ -n "$POD_FAULT" ]; then
+        # a lost host or a hang, said by train itself: the TPU's state is not waited for, and
+        # whatever still runs (a stalled or hung process) is stopped on every worker first
+        SUSPECT=""
+        setup=0
+        if [ "$N_NODIR" -gt 0 ]; then setup=1; fi
+        interrupt "$POD_FAULT" halt "$setup"
         continue
     fi
     if [ -n "$BAD" ] || [ "$N_OTHER" -gt 0 ]; then

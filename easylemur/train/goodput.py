@@ -252,6 +252,13 @@ def account(events: Sequence[dict]) -> dict:
                 "launch": i + 1, "ended": status, "reached_step": reached, "resumed_from": resumed,
                 "steps_lost": max(0, (reached or 0) - resumed), "lost_seconds": part["lost"],
             })
+            fault = next((e for e in ev if e["event"] == "fault"), None)
+            if fault is not None:
+                # a lost host or a hang (docs/design.md, "Lost hosts and hangs"): how long it went
+                # unnoticed, and from the launch's end to the next launch's first step
+                first = next((e["time"] for e in nxt if e["event"] == "step" and e.get("first")), None)
+                interruptions[-1]["detect_seconds"] = fault.get("detect_seconds")
+                interruptions[-1]["restart_seconds"] = (first - last) if first is not None else None
     for i in range(1, len(spans)):
         down = max(0.0, spans[i][0] - spans[i - 1][1])
         seconds["down"] += down
@@ -292,7 +299,10 @@ def report_text(r: dict, workdir: str) -> str:
     for x in r["interruption_details"]:
         lines.append(f"  launch {x['launch']} ({x['ended']}) reached step {x['reached_step']}, the next resumed from "
                      f"step {x['resumed_from']}: {x['steps_lost']} steps lost ({_duration(x['lost_seconds'])}), "
-                     f"down {_duration(x.get('down_seconds', 0.0))}")
+                     f"down {_duration(x.get('down_seconds', 0.0))}"
+                     + (f", detected after {_duration(x['detect_seconds'])}" if x.get("detect_seconds") is not None else "")
+                     + (f", restarted (first step) {_duration(x['restart_seconds'])} later"
+                        if x.get("restart_seconds") is not None else ""))
     return "\n".join(lines)
 
 

@@ -19,12 +19,13 @@ import jax
 from ml_collections import ConfigDict
 
 from easylemur import sharding
+from easylemur.train import pod
 from easylemur.checkpoint import store, model_meta
 from easylemur.checkpoint.paths import as_path
 from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
 from easylemur.data.shards import DataShards, EvalData
 from easylemur.data.stats import preflight
-from easylemur.errors import add_debug_flag
+from easylemur.errors import add_debug_flag, report
 from easylemur.train.goodput import EventLog
 from easylemur.train.lock import WorkdirLock
 from easylemur.train.metrics import MetricsWriter, StepLogger, TrainingError, due
@@ -38,9 +39,27 @@ from easylemur.eval.task_evals import make_task_evals
 def train(cfg: ConfigDict) -> dict:
     """Runs (or resumes) the run `cfg` describes to train.steps; returns the last step, its
     loss and grad norm, the tokens seen per source, and `stopped_by` (the signal that stopped
-    it after a save, or None)."""
-    d = cfg.distributed
-    sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id)
+    it after a save, or None). In a pod, a lost process or a hang ends it (`pod.Guard`)."""
+    pod.initialize(cfg.distributed)
+    guard = pod.current = pod.Guard(cfg).start()  # beats from here: a long restore is no lost host
+    try:
+        result = _train(cfg, guard)
+    except BaseException as e:
+        if jax.process_count() > 1 and _collective_failure(e):
+            guard.await_verdict(e)  # a peer gone: the beats name it (exit 75)
+        guard.stop()
+        raise
+    guard.finish()  # JAX's shutdown barrier, watched
+    return result
+
+
+def _collective_failure(e: BaseException) -> bool:
+    """A collective that failed because a peer went away (gloo's connection reset on CPUs)."""
+    text = str(e)
+    return isinstance(e, jax.errors.JaxRuntimeError) or "Gloo" in text or "Connection reset" in text
+
+
+def _train(cfg: ConfigDict, guard: pod.Guard) -> dict:
     if not cfg.workdir:
         raise ConfigError("workdir is empty; set --config.workdir=DIR")
     workdir = as_path(cfg.workdir)
@@ -53,12 +72,14 @@ def train(cfg: ConfigDict) -> dict:
         lock = WorkdirLock(workdir) if jax.process_index() == 0 else None
         if lock is not None:  # before anything in the workdir is read or written
             run_scope.enter_context(lock)
+            guard.on_exit = lock.release  # a lost host or hang leaves with os._exit: the lock first
         stop = run_scope.enter_context(StopSignals())
         run_scope.push(start.remove_files)  # only once the lock is this run's
         # events.jsonl (docs/design.md, "Goodput"): its end record comes after every later cleanup
         events = EventLog(workdir, active=jax.process_index() == 0)
         events.start()
         run_scope.push(events.exit)
+        guard.events = events
         mesh = sharding.make_mesh(cfg.mesh)
         mngr = store.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
         run_scope.callback(mngr.close)
@@ -89,27 +110,34 @@ def train(cfg: ConfigDict) -> dict:
             print(
                 f"model {run.model_cfg.num_params() / 1e6:.2f}M params, {jax.device_count()} devices, mesh "
                 f"{dict(mesh.shape)}, peak {logger.peak:.3g} FLOP/s ({logger.peak_how}), "
-                f"steps {run.start_step}->{cfg.train.steps}", flush=True,
+                f"steps {run.start_step}->{cfg.train.steps}, {run.compute}", flush=True,
             )
 
         start.started = True
         state, step = run.state, run.start_step
         events.loop(step)
+        guard.loop_started(step)  # the step watchdog from here (the first step compiles)
         try:
             while step < cfg.train.steps:
-                state, metrics = run.train_step.fn(state, next(data))
+                guard.phase("data", step + 1)
+                batch = next(data)
+                guard.phase("compile" if step == run.start_step else "step", step + 1)
+                state, metrics = run.train_step.fn(state, batch)
                 step += 1
                 if lock is not None:
                     lock.check()  # a lost workdir lock stops the run before it logs or saves again
                 logger.push(step, metrics, data.local_token_counts())
+                if step > run.start_step + 1:
+                    guard.step_done(step - 1)  # push waited for the step before
                 if due(step, cfg.eval.every):  # these weights, before the next step replaces them
                     params = state["params"]
-                    logger.flush(evaluate=events.timed_call(
-                        "eval", step, lambda: mean_eval_loss(eval_fn, params, eval_data.batches())))
+                    with guard.long("eval"):
+                        logger.flush(evaluate=events.timed_call(
+                            "eval", step, lambda: mean_eval_loss(eval_fn, params, eval_data.batches())))
                 if task_evals is not None:
                     if due(step, cfg.eval.every_tasks):
                         logger.flush()
-                        with logger.side_job(), events.timed("eval", step):  # generation is not step time
+                        with logger.side_job(), events.timed("eval", step), guard.long("eval"):  # not step time
                             task_evals.run(step, state["params"])
                     task_evals.poll()  # the sandbox checks run beside training; log those that ended
                 store.check_save_errors(mngr)  # a failed async save stops the run here
@@ -117,24 +145,28 @@ def train(cfg: ConfigDict) -> dict:
                 last = step == cfg.train.steps
                 if due(step, cfg.checkpoint.every) or last or stopping:
                     logger.flush()
-                    with logger.side_job(), events.timed("save", step):  # not step time (tokens/s)
+                    guard.step_done(step)
+                    with logger.side_job(), events.timed("save", step), guard.long("save"):  # not step time
                         model_meta.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
                                             data_state=data.get_state(), nan_skips=logger.nan_skips,
                                             config=cfg.to_dict(), force=last or stopping, stop_ids=run.stop_ids,
                                             inherited_chat_format=run.chat_format)
                 if stopping:
-                    with events.timed("save", step):  # until the save commits
+                    with events.timed("save", step), guard.long("save"):  # until the save commits
                         store.check_save_errors(mngr, wait=True)
                     print(f"stopped: saved step {step} in {workdir / 'checkpoints'}; run the same command to resume",
                           flush=True)
                     break
             logger.flush()
-            with events.timed("save", step):
+            guard.step_done(step)
+            with events.timed("save", step), guard.long("save"):
                 store.check_save_errors(mngr, wait=True)
             events.outcome = "done" if step >= cfg.train.steps else "stopped"
         except TrainingError as e:
             raise TrainingError(f"{e} {store.last_good(mngr)}") from None
-        except BaseException:
+        except BaseException as e:
+            if jax.process_count() > 1 and _collective_failure(e):
+                guard.await_verdict(e)  # before waiting on saves that need the lost peer
             # the error in flight is the one to report; still let committed saves finish
             with contextlib.suppress(Exception):
                 mngr.wait_until_finished()
@@ -156,7 +188,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit status: 0 done, 1 a failed run, 2 bad input (config, data, checkpoint, mesh), 128 +
-    the signal's number when SIGTERM/SIGINT stopped the run after saving."""
+    the signal's number when SIGTERM/SIGINT stopped the run after saving, 75 a process of the
+    pod lost, 76 a hang (docs/design.md, "Lost hosts and hangs")."""
     args, cfg = cli_config(_parser(), argv)
-    result = train(cfg)
+    try:
+        result = train(cfg)
+    except Exception as e:
+        if jax.process_count() > 1 and pod.current is not None:
+            # its peers stop at once, naming this process, and none waits in JAX's shutdown barrier
+            pod.current.failed(report(e, argv))
+        raise
     return 128 + result["stopped_by"] if result["stopped_by"] else 0

@@ -40,10 +40,10 @@ _PEAKS = (
 )
 
 
-def measure_cpu_peak(n: int = 2048, reps: int = 3, trials: int = 3) -> float:
-    """Measured bf16 matmul rate (float32 accumulation) of this host's CPU, in FLOP/s: the best
-    of a few trials, since other work on the machine only ever slows a trial down."""
-    a = jnp.ones((n, n), jnp.bfloat16)
+def measure_cpu_peak(n: int = 2048, reps: int = 3, trials: int = 3, dtype: str = "bfloat16") -> float:
+    """Measured matmul rate in `dtype` (float32 accumulation) of this host's CPU, in FLOP/s: the
+    best of a few trials, since other work on the machine only ever slows a trial down."""
+    a = jnp.ones((n, n), jnp.dtype(dtype))
     f = jax.jit(lambda x: jax.lax.dot(x, x, preferred_element_type=jnp.float32))
     f(a).block_until_ready()
     best = 0.0

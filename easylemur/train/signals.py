@@ -16,7 +16,9 @@ second exits (os._exit: no Python cleanup, which could itself wait on the step).
 In a multi-process run the signal handlers are left to JAX: `jax.distributed` installs a
 preemption notifier for SIGTERM and orbax's `reached_preemption(step)` makes every host save
 the same step, whereas a Python handler on one host alone would stop it out of step with the
-others (and replace JAX's). The loop asks both.
+others (and replace JAX's). The loop asks both. A process of the pod that dies, stalls or
+hangs instead is `train/pod.py`'s (docs/design.md, "Lost hosts and hangs"): exit 75 or 76 on
+every process.
 """
 
 from __future__ import annotations

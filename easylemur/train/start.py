@@ -22,19 +22,21 @@ from ml_collections import ConfigDict
 
 from easylemur.checkpoint import store, model_meta
 from easylemur.convert import hf
-from easylemur.config import ConfigError, model_config
+from easylemur.config import ConfigError, compute_dtype, model_config
 from easylemur.data.tokenizer_of import read_source, source_tokenizer
 from easylemur.errors import brief
 from easylemur.convert.weights import load_weights
 from easylemur.model.llama import LlamaConfig, init_params
-from easylemur.sharding import all_processes_agree, sync_processes
+from easylemur.sharding import all_processes_agree, platform as mesh_platform, sync_processes
 from easylemur.train.step import TrainStep, build_train_step
 from easylemur.tokenizer import load_tokenizer
 from easylemur.tokenizer.spm import Tokenizer
 from easylemur.model.vocab import extend_vocab
 
 # LlamaConfig fields that say how to compute, not what the model is: a run config sets them
-# even when the architecture comes from init.from or a resumed checkpoint.
+# even when the architecture comes from init.from or a resumed checkpoint. So a run resumed on
+# another machine computes in that machine's dtype (model.dtype=auto: bf16 on one CPU, float32
+# on another; docs/design.md, "Compute dtype on CPUs"), said as a changed compute option.
 COMPUTE_FIELDS = ("dtype", "param_dtype", "scan_layers", "remat", "attention", "attn_block_size")
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                 "head_dim", "tie_word_embeddings", "family", "qkv_bias")
@@ -50,6 +52,7 @@ class RunSpec:
     resume: Optional[model_meta.ModelCheckpoint] = None  # the workdir's checkpoint being resumed
     source: Any = None  # init.from: None, an HF directory (str) or a checkpoint (Saved)
     source_cfg: Optional[LlamaConfig] = None  # init.from's architecture as stored
+    compute: str = ""  # "compute <dtype> (<why>)", for the run's start line (config.compute_dtype)
 
 
 @dataclasses.dataclass
@@ -69,15 +72,17 @@ class Run:
     # init.from's (or the resumed checkpoint's) chat_format, kept by a run that trains on text
     # only (model_meta.run_chat_format)
     chat_format: Optional[str] = None
+    compute: str = ""  # "compute <dtype> (<why>)": the start line says it (RunSpec.compute)
 
 
 def resolve_model_config(cfg: ConfigDict, tokenizer: Tokenizer, source: Any = None,
-                         source_cfg: Optional[LlamaConfig] = None) -> LlamaConfig:
+                         source_cfg: Optional[LlamaConfig] = None, platform: Optional[str] = None) -> LlamaConfig:
     """The architecture from init.from when set (else the preset), compute options from the
-    run config; explicit model.* keys win (e.g. rope_theta, rope_scaling or
-    max_position_embeddings for longer context), but a shape key may not contradict the
-    source. From scratch, the vocabulary follows the tokenizer unless model.vocab_size is set."""
-    run = model_config(cfg)
+    run config (model.dtype=auto resolved for `platform`, `config.compute_dtype`); explicit
+    model.* keys win (e.g. rope_theta, rope_scaling or max_position_embeddings for longer
+    context), but a shape key may not contradict the source. From scratch, the vocabulary
+    follows the tokenizer unless model.vocab_size is set."""
+    run = model_config(cfg, platform)
     if source is None:
         if "vocab_size" not in cfg.model:
             run = dataclasses.replace(run, vocab_size=tokenizer.vocab_size)
@@ -97,22 +102,27 @@ def _source_model_config(source: Any) -> LlamaConfig:
     return hf.read_hf_config(source) if isinstance(source, str) else source.model_config
 
 
-def resolve_run(cfg: ConfigDict, resume: Optional[model_meta.ModelCheckpoint] = None) -> RunSpec:
+def resolve_run(cfg: ConfigDict, resume: Optional[model_meta.ModelCheckpoint] = None,
+                platform: Optional[str] = None) -> RunSpec:
     """The tokenizer and model config a run uses: a resumed run its checkpoint's (compute
     options from the config, except the stored param dtype and layer layout: the state is
-    restored as stored), otherwise init.from's or the preset's."""
+    restored as stored), otherwise init.from's or the preset's. `platform` is the one the step
+    is compiled for (`sharding.platform(mesh)`), which model.dtype=auto is resolved for; None
+    (no mesh at hand, as `aot` compiling for TPU on a CPU host) resolves it as off a CPU."""
+    dtype, why = compute_dtype(cfg, platform)
+    compute = f"compute {dtype} ({why})"
     if resume is not None:
         saved = resume.model_config
         check_resumed_architecture(cfg, saved, resume.step)
-        run = model_config(cfg)
+        run = model_config(cfg, platform)
         kept = ("param_dtype", "scan_layers")
         model_cfg = dataclasses.replace(saved, **{k: getattr(run, k) for k in COMPUTE_FIELDS if k not in kept})
         _check_sliding_window(cfg, model_cfg)
-        return RunSpec(load_tokenizer(resume.tokenizer_path()), model_cfg, model_cfg, resume=resume)
+        return RunSpec(load_tokenizer(resume.tokenizer_path()), model_cfg, model_cfg, resume=resume, compute=compute)
     source = read_source(cfg.init["from"])
     tokenizer = source_tokenizer(cfg, source)
     source_cfg = None if source is None else _source_model_config(source)
-    start = resolve_model_config(cfg, tokenizer, source, source_cfg)
+    start = resolve_model_config(cfg, tokenizer, source, source_cfg, platform)
     model_cfg = start
     if tokenizer.vocab_size > start.vocab_size:
         if not cfg.train.extend_vocab:
@@ -122,7 +132,7 @@ def resolve_run(cfg: ConfigDict, resume: Optional[model_meta.ModelCheckpoint] = 
             )
         model_cfg = dataclasses.replace(start, vocab_size=tokenizer.vocab_size)
     _check_sliding_window(cfg, model_cfg)
-    return RunSpec(tokenizer, model_cfg, start, source=source, source_cfg=source_cfg)
+    return RunSpec(tokenizer, model_cfg, start, source=source, source_cfg=source_cfg, compute=compute)
 
 
 def _check_sliding_window(cfg: ConfigDict, model_cfg: LlamaConfig) -> None:
@@ -143,13 +153,14 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
     (docs/design.md, "Checkpoint integrity"). Checkpoints none of which restores are an error,
     never a silent fresh start."""
     skipped = []
+    platform = mesh_platform(mesh)  # model.dtype=auto: the mesh's devices', not the host's
     for step in sorted(mngr.all_steps(), reverse=True):
         try:
             resume = model_meta.read_step(mngr, step)
         except Exception as e:  # a missing or unreadable meta item: the step is damaged
             resume, error = None, e
         if resume is not None:
-            spec = resolve_run(cfg, resume)
+            spec = resolve_run(cfg, resume, platform)
             ts = build_train_step(cfg, spec.model_cfg, mesh)
             try:
                 params, opt_state = store.restore(mngr, step, ts.state_abstract["params"],
@@ -172,12 +183,12 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
         say_changed_settings(cfg, resume, spec.model_cfg)
         return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, step,
                    resume.meta.get("data_state"), int(resume.meta.get("nan_skips", 0)), resume.stop_ids,
-                   resume.chat_format)
+                   resume.chat_format, spec.compute)
     if skipped:
         raise store.CheckpointError(
             f"{mngr.directory}: no checkpoint restores ({'; '.join(skipped)}); the damaged steps were moved "
             "aside: remove them to start over, or restore a copy")
-    spec = resolve_run(cfg, None)
+    spec = resolve_run(cfg, None, platform)
     ts = build_train_step(cfg, spec.model_cfg, mesh)
     params = initial_params(cfg, spec, mesh)
     if spec.model_cfg.vocab_size > spec.start_cfg.vocab_size:
@@ -188,7 +199,7 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
               flush=True)
     opt_state = jax.jit(ts.tx.init, out_shardings=ts.state_shardings["opt_state"])(params)
     return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0,
-               _source_stop_ids(spec.source), _source_chat_format(spec.source))
+               _source_stop_ids(spec.source), _source_chat_format(spec.source), spec.compute)
 
 
 def _source_chat_format(source: Any) -> Optional[str]:
