@@ -284,16 +284,19 @@ class Guard:
                     client.key_value_set(f"{_KEY}{self.pid}", self._value(), True)
                     if self._said is not None:  # said while this beat was on its way: said again after it
                         client.key_value_set(f"{_KEY}{self.pid}", self._said, True)
-                entries = client.key_value_dir_get(_KEY)
-                now = time.monotonic()
-                self._last_ok = now
-                for key, value in entries:
-                    p = int(key.rsplit("/", 1)[1])
-                    if p != self.pid and p in self._peers and self._peers[p][0] != value:
-                        self._peers[p] = (value, now)
+                self._read_peers(client)
+                self._last_ok = time.monotonic()
             except Exception as e:  # noqa: BLE001 (the coordinator's death is what this watches for)
                 self._last_error = " ".join(str(e).split())[:200]
             self._stop.wait(self.interval)
+
+    def _read_peers(self, client: Any) -> None:
+        """Every peer's latest word from the key-value store, with when it changed."""
+        now = time.monotonic()
+        for key, value in client.key_value_dir_get(_KEY):
+            p = int(key.rsplit("/", 1)[1])
+            if p != self.pid and p in self._peers and self._peers[p][0] != value:
+                self._peers[p] = (value, now)
 
     # ---------------------------------------------------------------- the watch
 
@@ -425,6 +428,8 @@ class Guard:
         the heartbeat timeout + 5 s)."""
         deadline = time.monotonic() + self.heartbeat + 5
         while time.monotonic() < deadline:
+            # read here: the beat thread may be stopped already (an error on the way out)
+            _bounded(lambda: self._read_peers(_client()), 1.0)
             now = time.monotonic()  # a peer silent for the heartbeat timeout is gone already
             if all(v.startswith("exit ") or v == "done" or now - t > self.heartbeat for v, t in self._peers.values()):
                 time.sleep(self.interval)  # their os._exit, after their last word
