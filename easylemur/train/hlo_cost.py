@@ -12,7 +12,8 @@ in each direction; n = devices in the replica group, O = the op's operand bytes 
   all-gather O * (n - 1)   (the gathered result is n * O: the device receives the n - 1 shards)
   reduce-scatter O * (n - 1) / n;   all-reduce 2 * O * (n - 1) / n;   all-to-all O * (n - 1) / n
   collective-permute O;   an all-gather run as an all-reduce of the zero-padded gathered
-  buffer (the TPU compiler's choice on large pods): what that all-reduce moves, 2 * S * (n - 1) / n
+  buffer (the TPU compiler's choice on slices of 64+ devices described without their
+  wraparound links): what that all-reduce moves, 2 * S * (n - 1) / n
   for the gathered size S (twice a ring all-gather).
 An async collective (TPU: start, update and done fusions, one chain_id) counts once. On TPU a
 reduce-scatter is often an all-reduce whose results are only dynamic-sliced (the
@@ -35,7 +36,7 @@ _INSTR = re.compile(r"^\s*(ROOT\s+)?%(\S+)\s*=\s*(.*)$")
 _COMP = re.compile(r"^(ENTRY\s+)?%(\S+)\s+\(.*->.*\{\s*$")
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 # What the step's bytes are reported under: the kinds above, and all-gathers the TPU compiler
-# runs as an all-reduce of the zero-padded gathered buffer (it does so on large pods), which
+# runs as an all-reduce of the zero-padded gathered buffer (on large open meshes), which
 # move what that all-reduce moves, twice a ring all-gather.
 KINDS = ("all-gather", "all-gather-as-all-reduce", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 # Host memory is memory space 5 in TPU layouts (`S(5)`): what remat=full_offload writes to.
