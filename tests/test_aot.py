@@ -330,3 +330,60 @@ def test_two_slice_step_reports_its_dcn_bytes():
                              "--config.train.batch_size=8", "--config.model.attention=blockwise", "--cost",
                              config="configs/tiny_pretrain.py")
     assert single_rc == 0 and single["slices"] == 1 and single["cost"]["dcn_bytes_per_device"] == 0
+
+
+_ASYNC_HLO = """HloModule t
+
+%start (p0: bf16[4,128]) -> (bf16[4,128], bf16[16,128]) {
+  %p0 = bf16[4,128]{1,0} parameter(0)
+  %ag = bf16[16,128]{1,0} all-gather(%p0), channel_id=1, replica_groups={{0,1,2,3}}, frontend_attributes={chain_id="0"}
+  ROOT %cc = (bf16[4,128]{1,0}, bf16[16,128]{1,0}) custom-call(%p0, %ag), custom_call_target="AsyncCollectiveStart"
+}
+
+%done (p0: bf16[4,128], p1: bf16[16,128]) -> bf16[16,128] {
+  %p0 = bf16[4,128]{1,0} parameter(0)
+  %p1 = bf16[16,128]{1,0} parameter(1)
+  %ag = bf16[16,128]{1,0} all-gather(%p0), channel_id=1, replica_groups={{0,1,2,3}}, frontend_attributes={chain_id="0"}
+  ROOT %cc = bf16[16,128]{1,0} custom-call(%p0, %p1, %ag), custom_call_target="AsyncCollectiveDone"
+}
+
+%mm (a: bf16[8,64], b: bf16[64,16]) -> f32[8,16] {
+  %a = bf16[8,64]{1,0} parameter(0)
+  %b = bf16[64,16]{1,0} parameter(1)
+  ROOT %c = f32[8,16]{1,0} convolution(%a, %b), dim_labels=bf_io->bf
+}
+
+ENTRY %main (x: bf16[4,128], a: bf16[8,64], b: bf16[64,16]) -> (bf16[16,128], f32[8,16], bf16[16,128]) {
+  %x = bf16[4,128]{1,0} parameter(0)
+  %a = bf16[8,64]{1,0} parameter(1)
+  %b = bf16[64,16]{1,0} parameter(2)
+  %s = (bf16[4,128]{1,0}, bf16[16,128]{1,0}) fusion(%x), kind=kCustom, calls=%start
+  %g0 = bf16[4,128]{1,0} get-tuple-element(%s), index=0
+  %g1 = bf16[16,128]{1,0} get-tuple-element(%s), index=1
+  %BEFORE
+  %d = bf16[16,128]{1,0} fusion(%g0, %g1), kind=kCustom, calls=%done
+  %AFTER
+  %ag2 = bf16[16,128]{1,0} all-gather(%x), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}
+  ROOT %t = (bf16[16,128]{1,0}, f32[8,16]{1,0}, bf16[16,128]{1,0}) tuple(%d, %m, %ag2)
+}
+"""
+
+
+def test_overlap_counts_an_async_collective_hidden_up_to_the_matmuls_scheduled_inside_it():
+    """A start/done pair around a matmul hides the collective up to that matmul's time; the same
+    matmul scheduled after the done, and any synchronous collective, hide nothing."""
+    from easylemur.train.hlo_cost import Chip, collective_bytes, collective_overlap
+
+    mesh = {"data": 1, "fsdp": 4, "tensor": 1}
+    matmul = "%m = f32[8,16]{1,0} fusion(%a, %b), kind=kOutput, calls=%mm"
+    inside = _ASYNC_HLO.replace("%BEFORE", matmul).replace("  %AFTER\n", "")
+    after = _ASYNC_HLO.replace("  %BEFORE\n", "").replace("%AFTER", matmul)
+    gather = 4 * 128 * 2 * 3  # bytes each all-gather sends: O * (n - 1)
+    assert collective_bytes(inside, mesh)["bytes_by_kind"]["all-gather"] == 2 * gather  # the async one counted once
+    flops = 2 * 8 * 16 * 64
+    slow = Chip(peak_flops=flops / 10.0, hbm_bandwidth=1.0, ici_bandwidth=2.0 * gather, source="test")  # matmul 10 s
+    fast = Chip(peak_flops=flops / 0.25, hbm_bandwidth=1.0, ici_bandwidth=2.0 * gather, source="test")  # matmul 0.25 s
+    o = collective_overlap(inside, mesh, slow)  # each gather takes 1 s on the link
+    assert (o["ici_s"], o["async_ici_s"], o["hidden_ici_s"], o["exposed_ici_s"]) == pytest.approx((2, 1, 1, 1))
+    assert collective_overlap(inside, mesh, fast)["hidden_ici_s"] == pytest.approx(0.25)
+    assert collective_overlap(after, mesh, slow)["hidden_ici_s"] == 0
