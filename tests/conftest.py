@@ -2,10 +2,15 @@
 
 import os
 
+from train_run import QUICK_COMPILE  # noqa: E402
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
-    os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+    _flags += " --xla_force_host_platform_device_count=8"
+if "xla_backend_optimization_level" not in _flags:
+    _flags += " " + QUICK_COMPILE
+os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
