@@ -24,10 +24,13 @@ def test_tokens_per_second_at_log_every_1_is_tokens_per_step_over_the_steps_wall
     old window started after writing, mid-step, and logged 30-2000x the real rate)."""
     workdir = tmp_path / "w"
     steps, batch, seq = 14, 8, 256
+    # ~0.15 s a step on an idle 2-core host, compiled as a user's run is (optimised)
     o = ["log.every=1", f"train.steps={steps}", "checkpoint.every=5", f"train.batch_size={batch}",
-         f"data.seq_len={seq}", "model.hidden_size=256", "model.intermediate_size=768", "model.num_heads=4",
-         "model.num_kv_heads=4", "model.num_layers=4"]
-    proc = subprocess.Popen(cmd(workdir, o), cwd=ROOT, env=env(1), stdout=subprocess.DEVNULL,
+         f"data.seq_len={seq}", "model.hidden_size=128", "model.intermediate_size=384", "model.num_heads=4",
+         "model.num_kv_heads=4", "model.num_layers=2"]
+    e = env(1, quick_compile=False)
+    e.pop("EASYLEMUR_CPU_PEAK_FLOPS")  # its MFU against the host's measured peak, not the suite's stated one
+    proc = subprocess.Popen(cmd(workdir, o), cwd=ROOT, env=e, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     metrics, seen, appeared = workdir / "metrics.jsonl", 0, {}
     deadline = time.monotonic() + 300
@@ -41,7 +44,7 @@ def test_tokens_per_second_at_log_every_1_is_tokens_per_step_over_the_steps_wall
             if line.endswith("}"):
                 appeared[json.loads(line)["step"]] = now
                 seen += 1
-        time.sleep(0.01)  # a step takes hundreds of ms here: 10 ms is within the 20% the test allows
+        time.sleep(0.01)  # a step takes over 100 ms here: 10 ms is within the 20% the test allows
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
     rows = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}
