@@ -4,8 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from train_run import QUICK_COMPILE
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -14,7 +12,7 @@ def test_colab_smoke_notebook_runs(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     # the kernel inherits the environment: one CPU device (not the test session's 8), its runs here
-    monkeypatch.setenv("XLA_FLAGS", QUICK_COMPILE)
+    monkeypatch.setenv("XLA_FLAGS", "")
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("EASYLEMUR_RUNS", str(tmp_path))
     nb = nbformat.read(ROOT / "notebooks" / "colab_smoke.ipynb", as_version=4)

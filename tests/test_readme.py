@@ -17,15 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from train_run import QUICK_COMPILE
-
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md"))
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "docs" / "index.md", *GUIDES]
 DOCS = "\n\n".join(p.read_text() for p in PAGES)  # every page's commands, prose and keys, checked alike
 DESIGN = ROOT / "docs" / "design.md"
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": QUICK_COMPILE}  # one CPU device, as a user has
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
 
 # Flags of other programs the docs name in their prose (in its code blocks, other programs'
 # commands are recognised as not ours and skipped): SLURM's --requeue, `mkdocs build --strict`.
