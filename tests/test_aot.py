@@ -1,6 +1,7 @@
 """AOT compilation of the real train step for TPU topologies on this CPU (libtpu), and the
 model config it compiles: the one `train` would resolve for the same config."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -167,14 +168,27 @@ def test_roofline_arithmetic():
     assert r["days_for_train_tokens"] == pytest.approx(90e9 / 2**21 * 2.0 / 86400)
 
 
+# Rows of 64 tokens in the small TPU compiles below: what they check (which collectives, over
+# which axes, how many bytes of weights and gradients) does not depend on T, and the TPU compiler
+# takes 2.5 s for the tiny step at T = 64 where it takes 6.2 s at tiny_pretrain's 256.
+TINY_T = 64
+
+
 def _tiny_step_hlo(overrides: list[str], topology: str = "v5e:2x2"):
-    """The compiled train step of a 2-layer tiny model on a small TPU topology."""
+    """The compiled train step of a 2-layer tiny model on a small TPU topology (compiled once per
+    worker for each setting: two tests read the same unscanned step)."""
+    return _tiny_step_hlo_of(tuple(overrides), topology)
+
+
+@functools.cache
+def _tiny_step_hlo_of(overrides: tuple, topology: str):
     from easylemur import sharding
     from easylemur.train.aot import default_chip_config, topology_devices
     from easylemur.train.step import build_train_step
 
     cfg = load_config("configs/tiny_pretrain.py", [f"workdir={NO_RUN}", "model.num_layers=2", "model.remat=full",
-                                                   "train.batch_size=8", "model.attention=blockwise", *overrides])
+                                                   "train.batch_size=8", f"data.seq_len={TINY_T}",
+                                                   "model.attention=blockwise", *overrides])
     mesh = sharding.make_mesh(cfg.mesh, topology_devices(topology, default_chip_config(topology)))
     model_cfg, _ = run_model_config(cfg)
     compiled = build_train_step(cfg, model_cfg, mesh).lower(cfg.train.batch_size, cfg.data.seq_len, mesh).compile()
@@ -248,7 +262,7 @@ def test_scanned_collectives_and_offload_counted_per_layer():
     assert gathered <= a["bytes_by_kind"]["all-gather"] <= gathered + 3 * head, a
     assert 2 * gathered <= b["bytes_by_kind"]["all-gather"] <= 2 * gathered + 3 * head, b
     offload, _, _ = _tiny_step_hlo(common + ["model.scan_layers=true", "model.remat=full_offload"])
-    layer_input = 8 // 4 * 256 * m.hidden_size * 2  # rows per device x T x d, bf16
+    layer_input = 8 // 4 * TINY_T * m.hidden_size * 2  # rows per device x T x d, bf16
     assert host_transfer_bytes(offload) == {"to_host": m.num_layers * layer_input, "from_host": m.num_layers * layer_input}
 
 
@@ -276,6 +290,7 @@ def test_layer_fit_matches_an_unscanned_compile():
     from easylemur.train.step import build_train_step
 
     cfg = load_config("configs/tiny_pretrain.py", [f"workdir={NO_RUN}", "mesh=data:1,fsdp:-1,tensor:1", "train.batch_size=8",
+                                                   f"data.seq_len={TINY_T}",
                                                    "model.attention=blockwise", "model.remat=full_offload",
                                                    "model.scan_layers=true"])
     mesh = sharding.make_mesh(cfg.mesh, topology_devices("v5e:2x2", default_chip_config("v5e:2x2")))
@@ -317,7 +332,7 @@ def test_two_slice_step_reports_its_dcn_bytes():
     megascale host transfers) is the data-parallel reduction of the gradients: about one f32
     gradient shard per device per step."""
     rc, out = _aot("--topology", "v5e:2x2", "--config.mesh=dcn_data:2,fsdp:-1", "--config.model.num_layers=2",
-                   "--config.train.batch_size=8", "--config.model.attention=blockwise", "--cost",
+                   "--config.train.batch_size=8", f"--config.data.seq_len={TINY_T}", "--config.model.attention=blockwise", "--cost",
                    config="configs/tiny_pretrain.py")
     assert rc == 0 and (out["slices"], out["devices"]) == (2, 8), out
     c = out["cost"]
@@ -327,7 +342,7 @@ def test_two_slice_step_reports_its_dcn_bytes():
     assert c["dcn_bytes_per_device"] == pytest.approx(sum(c["dcn_bytes_by_kind"].values()))
     assert c["dcn_s"] == pytest.approx(c["dcn_bytes_per_device"] / c["chip"]["dcn_bandwidth"])
     single_rc, single = _aot("--topology", "v5e:2x2", "--config.mesh=fsdp:-1", "--config.model.num_layers=2",
-                             "--config.train.batch_size=8", "--config.model.attention=blockwise", "--cost",
+                             "--config.train.batch_size=8", f"--config.data.seq_len={TINY_T}", "--config.model.attention=blockwise", "--cost",
                              config="configs/tiny_pretrain.py")
     assert single_rc == 0 and single["slices"] == 1 and single["cost"]["dcn_bytes_per_device"] == 0
 
