@@ -332,7 +332,8 @@ def test_two_slice_step_reports_its_dcn_bytes():
     megascale host transfers) is the data-parallel reduction of the gradients: about one f32
     gradient shard per device per step."""
     rc, out = _aot("--topology", "v5e:2x2", "--config.mesh=dcn_data:2,fsdp:-1", "--config.model.num_layers=2",
-                   "--config.train.batch_size=8", f"--config.data.seq_len={TINY_T}", "--config.model.attention=blockwise", "--cost",
+                   "--config.train.batch_size=8", f"--config.data.seq_len={TINY_T}",
+                   "--config.model.attention=blockwise", "--cost",
                    config="configs/tiny_pretrain.py")
     assert rc == 0 and (out["slices"], out["devices"]) == (2, 8), out
     c = out["cost"]
@@ -342,7 +343,8 @@ def test_two_slice_step_reports_its_dcn_bytes():
     assert c["dcn_bytes_per_device"] == pytest.approx(sum(c["dcn_bytes_by_kind"].values()))
     assert c["dcn_s"] == pytest.approx(c["dcn_bytes_per_device"] / c["chip"]["dcn_bandwidth"])
     single_rc, single = _aot("--topology", "v5e:2x2", "--config.mesh=fsdp:-1", "--config.model.num_layers=2",
-                             "--config.train.batch_size=8", f"--config.data.seq_len={TINY_T}", "--config.model.attention=blockwise", "--cost",
+                             "--config.train.batch_size=8", f"--config.data.seq_len={TINY_T}",
+                             "--config.model.attention=blockwise", "--cost",
                              config="configs/tiny_pretrain.py")
     assert single_rc == 0 and single["slices"] == 1 and single["cost"]["dcn_bytes_per_device"] == 0
 
