@@ -428,7 +428,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     from easylemur.eval.harness import EasylemurLM
 
     ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(reference_run), batch_size=8), tasks=["el_mc"],
-                                  task_manager=TaskManager(include_path=str(tasks)), bootstrap_iters=0)
+                                  task_manager=TaskManager(include_path=str(tasks), include_defaults=False), bootstrap_iters=0)
     got = json.loads((tmp_path / "mc" / "table.json").read_text())["tasks"]["el_mc"]
     assert got["score"] == ref["results"]["el_mc"]["acc,none"] and got["n"] == 3
 

@@ -59,7 +59,8 @@ def test_pass_at_k_and_lm_eval_scores_are_logged_at_the_configured_steps_from_th
     from lm_eval.tasks import TaskManager
 
     ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(wd), step=4, batch_size=16), tasks=["el_mc"],
-                                  task_manager=TaskManager(include_path=str(tmp_path / "tasks")), bootstrap_iters=0)
+                                  task_manager=TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False),
+                                  bootstrap_iters=0)
     for metric in ("acc", "acc_norm"):
         assert scores[4][f"eval/el_mc/{metric}"] == ref["results"]["el_mc"][f"{metric},none"]
 
@@ -143,3 +144,17 @@ def test_a_bad_prompt_format_stops_the_run_before_step_one(tmp_path):
     p = run(tmp_path / "run", EVALS + ["eval.prompt_format=chat"], check=False)
     assert p.returncode == 2 and "config key 'eval.prompt_format' must be one of base, chatml, got 'chat'" in p.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_local_lm_eval_tasks_are_indexed_alone_once_per_process(tmp_path):
+    """Tasks that all come from local YAMLs get an index of those alone (lm-eval's own 14,000+
+    YAMLs take seconds to read), built once and shared; a local group may name lm-eval's tasks,
+    so it is not taken as local-only."""
+    pytest.importorskip("lm_eval")
+    from easylemur.eval.lm_eval_tasks import _plain_task, task_manager
+
+    _mc_task(tmp_path / "tasks")
+    (tmp_path / "tasks" / "el_group.yaml").write_text("group: el_group\ntask:\n  - el_mc\n  - arc_easy\n")
+    tm = task_manager(["el_mc"], str(tmp_path / "tasks"))
+    assert set(tm.all_tasks) == {"el_mc", "el_group"} and task_manager(["el_mc"], str(tmp_path / "tasks")) is tm
+    assert _plain_task(tm, "el_mc") and not _plain_task(tm, "el_group") and not _plain_task(tm, "arc_easy")

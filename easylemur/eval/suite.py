@@ -259,11 +259,10 @@ def run_lm_eval(name: str, spec: dict, access: ModelAccess, args: Any, out: Path
     kw: dict[str, Any] = {}
     if spec.get("num_fewshot") is not None:
         kw["num_fewshot"] = int(spec["num_fewshot"])
-    if args.lm_eval_include:
-        from lm_eval.tasks import TaskManager
+    from easylemur.eval.lm_eval_tasks import task_manager
 
-        kw["task_manager"] = TaskManager(include_path=args.lm_eval_include)
     try:
+        kw["task_manager"] = task_manager([spec["task"]], args.lm_eval_include or "")  # one index for every row
         result = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=[spec["task"]],
                                          limit=args.limit, bootstrap_iters=0, verbosity="ERROR", **kw)
     except Exception as e:  # noqa: BLE001 - a text row that cannot run (no data offline, ...) is skipped, said why

@@ -307,11 +307,13 @@ class TaskEvals:
 def _task_manager(names: list[str], include: str) -> Any:
     """lm-eval's TaskManager with `include` (local task YAMLs); every name must resolve now."""
     try:
-        from lm_eval.tasks import TaskManager
+        import lm_eval  # noqa: F401
     except ImportError:
         raise ConfigError(f"eval.tasks has {LM_EVAL}{names[0]} but lm-evaluation-harness is not installed; "
                           "pip install -e '.[harness]'") from None
-    tm = TaskManager(include_path=include or None)
+    from easylemur.eval.lm_eval_tasks import task_manager
+
+    tm = task_manager(names, include)
     known = set(tm.all_tasks)
     for name in names:
         if name not in known:
