@@ -2,7 +2,7 @@
 
 import os
 
-from train_run import QUICK_COMPILE  # noqa: E402
+from train_run import QUICK_COMPILE
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
