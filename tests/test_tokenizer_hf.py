@@ -24,7 +24,7 @@ from easylemur.data.pipeline import make_pipeline
 from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, iter_jsonl_texts, resolve_files
 from easylemur.data.store import StoreSource, read_manifest
 from easylemur.data.tokenize import Tokenize
-from easylemur.data.tokenizer_of import source_tokenizer
+from easylemur.convert.source import source_tokenizer
 from easylemur.tokenizer import load_tokenizer, tokenizer_kind
 from easylemur.tokenizer.hf import HFTokenizer
 from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH, Tokenizer, TokenizerError

@@ -118,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
 def _load_tokenizer(cfg):
     """The train loop's choice (data.tokenizer, else init.from's tokenizer, else the shipped
     one); when init.from names a run not trained yet, the shipped one, with a note."""
-    from easylemur.data.tokenizer_of import read_source, source_tokenizer
+    from easylemur.convert.source import read_source, source_tokenizer
     from easylemur.tokenizer.spm import Tokenizer
 
     try:
@@ -128,6 +128,16 @@ def _load_tokenizer(cfg):
             raise
         print(f"easylemur.data: {e}; previewing with the shipped tokenizer", file=sys.stderr)
     return Tokenizer.load(None)
+
+
+def _store_tokenizer(config: str, overrides: list[str]) -> str | None:
+    """The path of the tokenizer a token store is built with: the run's own, strictly (resolved
+    once here; each worker loads it from the path)."""
+    from easylemur.config import load_config
+    from easylemur.convert.source import read_source, tokenizer_path
+
+    cfg = load_config(config, overrides)
+    return tokenizer_path(cfg, read_source(cfg.init["from"]))
 
 
 def text_view(row: dict, tokenizer) -> str:
@@ -233,7 +243,9 @@ def tokenize_store(config: str, overrides: list[str], out: str, names: list[str]
         raise InputError(f"--workers must be at least 1, got {workers}")
     from easylemur.data.build import run_worker
 
-    jobs = [(config, overrides, names, eval_sources, against, out, i * workers + k, n * workers) for k in range(workers)]
+    tok = _store_tokenizer(config, overrides)
+    jobs = [(config, overrides, names, eval_sources, against, tok, out, i * workers + k, n * workers)
+            for k in range(workers)]
     if workers == 1:
         counts = [run_worker(jobs[0])]
     else:
@@ -253,7 +265,8 @@ def finalize_store(config: str, overrides: list[str], out: str, names: list[str]
                    against: str) -> int:
     from easylemur.data.build import finalize, load_job
 
-    cfg, tok, sources, bench = load_job(config, overrides, names, eval_sources, against)
+    cfg, tok, sources, bench = load_job(config, overrides, names, eval_sources, against,
+                                        _store_tokenizer(config, overrides))
     man = finalize(sources, tok, out, seq_len=int(cfg.data.seq_len), against=bench)
     for name in sources:
         e = man["sources"][name]

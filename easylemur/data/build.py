@@ -549,11 +549,14 @@ def finalize(sources: Mapping[str, Any], tokenizer: Tokenizer, out: str, *, seq_
     return man
 
 
-def load_job(config: str, overrides: list[str], names: list[str], eval_sources: bool, against: str):
+def load_job(config: str, overrides: list[str], names: list[str], eval_sources: bool, against: str,
+             tokenizer: str | None):
     """(config, tokenizer, the sources to store, the benchmarks to drop or None) of a
-    `tokenize` or `finalize` command line."""
+    `tokenize` or `finalize` command line; `tokenizer` is the path the command resolved from the
+    run's config (convert.source.tokenizer_path: the run's own, strictly, since a store of the
+    wrong ids is worse than no store), None for the shipped one."""
     from easylemur.config import load_config
-    from easylemur.data.tokenizer_of import read_source, source_tokenizer
+    from easylemur.tokenizer import load_tokenizer
 
     cfg = load_config(config, overrides)
     section = cfg.data.eval_sources if eval_sources else cfg.data.sources
@@ -569,13 +572,12 @@ def load_job(config: str, overrides: list[str], names: list[str], eval_sources: 
         from easylemur.data.decontam import Benchmarks
 
         bench = Benchmarks.load(against)
-    # the run's own tokenizer, strictly: a store of the wrong ids is worse than no store
-    return cfg, source_tokenizer(cfg, read_source(cfg.init["from"])), sources, bench
+    return cfg, load_tokenizer(tokenizer), sources, bench
 
 
 def run_worker(job: tuple) -> dict:
     """One worker of `tokenize` (a function of a module, not of __main__: spawn pickles it by name)."""
-    config, overrides, names, eval_sources, against, out, worker, workers = job
-    cfg, tok, sources, bench = load_job(config, overrides, names, eval_sources, against)
+    config, overrides, names, eval_sources, against, tokenizer, out, worker, workers = job
+    cfg, tok, sources, bench = load_job(config, overrides, names, eval_sources, against, tokenizer)
     return tokenize(sources, tok, out, seq_len=int(cfg.data.seq_len), strict=bool(cfg.data.strict),
                     worker=worker, workers=workers, against=bench)

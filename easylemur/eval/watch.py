@@ -56,7 +56,7 @@ def watch(cfg, *, mesh: Optional[str] = None, dtype: Optional[str] = None, poll_
     from easylemur.checkpoint.paths import as_path
     from easylemur.eval.task_evals import TaskEvals
     from easylemur.generate.api import load
-    from easylemur.train.metrics import MetricsWriter
+    from easylemur.tracker.writer import MetricsWriter
 
     workdir = as_path(cfg.workdir)
     if not (workdir / "checkpoints").is_dir() and once:

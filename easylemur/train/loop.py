@@ -28,7 +28,8 @@ from easylemur.data.stats import preflight
 from easylemur.errors import add_debug_flag, report
 from easylemur.train.goodput import EventLog
 from easylemur.train.lock import WorkdirLock
-from easylemur.train.metrics import MetricsWriter, StepLogger, TrainingError, due
+from easylemur.tracker.writer import MetricsWriter
+from easylemur.train.metrics import StepLogger, TrainingError, due
 from easylemur.train.start import restore_or_init
 from easylemur.train.signals import StopSignals
 from easylemur.train.workdir import FailedStartCleanup, check_workdir

@@ -23,7 +23,7 @@ from ml_collections import ConfigDict
 from easylemur.checkpoint import store, model_meta
 from easylemur.convert import hf
 from easylemur.config import ConfigError, compute_dtype, model_config
-from easylemur.data.tokenizer_of import read_source, source_tokenizer
+from easylemur.convert.source import read_source, source_tokenizer
 from easylemur.errors import brief
 from easylemur.convert.weights import load_weights
 from easylemur.model.llama import LlamaConfig, init_params
