@@ -66,7 +66,7 @@ def default_config() -> ConfigDict:
     c.seed = 0
     c.mesh = "data:1,fsdp:-1,tensor:1"  # -1 takes the devices the other axes leave
 
-    # model.preset names a shape in easylemur.models.llama.PRESETS; any other model.<field>
+    # model.preset names a shape in easylemur.model.llama.PRESETS; any other model.<field>
     # overrides that LlamaConfig field (validated against the dataclass, see model_config()),
     # e.g. model.attention: auto (default) | dense | blockwise | splash (docs/design.md, "Attention").
     # model.dtype (compute): float32 | bfloat16 | float16 | auto: bfloat16 on TPU and GPU, on a CPU

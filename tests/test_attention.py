@@ -1,4 +1,4 @@
-"""The attention implementations behind one contract (easylemur.models.attention): the splash
+"""The attention implementations behind one contract (easylemur.model.attention): the splash
 kernel, run here in Pallas interpret mode, and flash equal the dense reference on packed rows
 with grouped-query heads (outputs and q/k/v gradients), sharded over a mesh too; the model with
 splash equals transformers; `auto` picks splash when compiling for a TPU; cudnn refuses clearly

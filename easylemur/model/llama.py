@@ -2,7 +2,7 @@
 
 Numerics follow HF exactly (docs/design.md, "Numerics"): RMSNorm in float32 as `w * x * rsqrt(mean(x²)+eps)`,
 half-split RoPE with HF's inv_freq (theta and rope_scaling honoured), SwiGLU, grouped-query
-attention (easylemur.models.attention: dense, blockwise or the splash kernel, per
+attention (easylemur.model.attention: dense, blockwise or the splash kernel, per
 `LlamaConfig.attention`). Packed rows carry `segment_ids` and per-segment `positions`;
 attention never crosses a segment.
 
