@@ -60,7 +60,7 @@ def llama2_like_spm(tmp_path_factory) -> Path:
 
     import sentencepiece as spm
 
-    from easylemur.data.readers import iter_jsonl_texts
+    from easylemur.data.jsonl import iter_jsonl_texts
 
     lines = []
     for text in iter_jsonl_texts(ROOT / "data" / "samples" / "code", "text"):

@@ -16,6 +16,7 @@ import torch
 import easylemur
 from easylemur.checkpoint import model_meta
 from easylemur.convert import cli as convert
+from easylemur.convert import streaming_save
 from easylemur.convert import hf
 from easylemur.model.stacking import scan_params
 from easylemur.convert.safetensors_io import read_safetensors_header
@@ -160,8 +161,8 @@ def test_orbax_internals_for_streaming_save():
     """from-hf streams its checkpoint through orbax internals (convert.lazy_array_params_handler);
     an orbax without them would make every conversion hold the model twice in memory."""
     try:
-        convert.lazy_array_params_handler()
-    except convert.OrbaxInternalsMissing as e:
+        streaming_save.lazy_array_params_handler()
+    except streaming_save.OrbaxInternalsMissing as e:
         pytest.fail(f"{e}: from-hf now takes the public-API fallback, which holds the whole model in memory "
                     "(about twice); port convert.lazy_array_params_handler to this orbax")
 
@@ -170,9 +171,9 @@ def test_public_orbax_fallback_writes_the_same_checkpoint(hf_model, converted, t
     _, src = hf_model
 
     def gone(*args):
-        raise convert.OrbaxInternalsMissing("orbax.checkpoint.StandardCheckpointHandler()._impl")
+        raise streaming_save.OrbaxInternalsMissing("orbax.checkpoint.StandardCheckpointHandler()._impl")
 
-    monkeypatch.setattr(convert, "lazy_array_params_handler", gone)
+    monkeypatch.setattr(streaming_save, "lazy_array_params_handler", gone)
     rc, err = _run(["from-hf", "--hf", src, "--out", tmp_path / "ck"], capsys)
     assert rc == 0 and "StandardCheckpointHandler()._impl" in err and "public StandardSave" in err
     a, b = model_meta.read_meta(converted), model_meta.read_meta(tmp_path / "ck")
@@ -332,7 +333,7 @@ def test_failed_swap_puts_the_previous_export_back(converted, tmp_path, monkeypa
             raise OSError(28, "No space left on device")
         return real_rename(src, dst)
 
-    monkeypatch.setattr(convert.os, "rename", rename)
+    monkeypatch.setattr(os, "rename", rename)
     rc, err = _run(["to-hf", "--checkpoint", converted, "--out", out, "--dtype", "float32", "--force"], capsys)
     assert rc == 1 and "No space left" in _one_line_error(err)
     assert _snapshot(out) == before and _leftovers(out) == []

@@ -18,7 +18,8 @@ import pytest
 from easylemur.data import decontam
 from easylemur.data.__main__ import main
 from easylemur.data.decontam import Benchmarks, tokens
-from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, resolve_files
+from easylemur.data.files import JSONL_SUFFIXES, resolve_files
+from easylemur.data.jsonl import JsonlSource
 from easylemur.data.records import DataError
 
 ROOT = Path(__file__).resolve().parents[1]

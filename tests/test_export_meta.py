@@ -15,6 +15,7 @@ import pytest
 from easylemur.checkpoint import model_meta
 from easylemur.config import load_config
 from easylemur.convert import cli as convert
+from easylemur.convert.to_hf import _check_strings, write_fast_tokenizer
 from easylemur.chat.chatml import CHAT_TEMPLATE
 from easylemur.model.llama import PRESETS, init_params
 from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH, Tokenizer
@@ -188,13 +189,13 @@ def test_check_fails_on_a_tokenizer_config_that_reads_special_text_as_text(tmp_p
     """The check against a deliberately wrong tokenizer_config.json: split_special_tokens makes
     AutoTokenizer spell out "</s>" and the ChatML markers, which easylemur matches."""
     TOK.save_hf(tmp_path)
-    assert convert.write_fast_tokenizer(tmp_path, TOK, print)
+    assert write_fast_tokenizer(tmp_path, TOK, print)
     cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({**cfg, "split_special_tokens": True}))
     logged = []
-    assert not convert.write_fast_tokenizer(tmp_path, TOK, logged.append)
+    assert not write_fast_tokenizer(tmp_path, TOK, logged.append)
     assert not (tmp_path / "tokenizer.json").exists() and logged[0].startswith("warning: no tokenizer.json written")
-    checked = convert._check_strings(TOK)
+    checked = _check_strings(TOK)
     for t in ("<s>", "</s>", "<unk>", "<pad>", "<|im_start|>", "<|im_end|>"):
         assert t in checked and any(t in c and c != t for c in checked), t  # alone and inside text
 

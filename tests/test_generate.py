@@ -196,11 +196,11 @@ def test_cli_chat_with_a_base_model_is_bad_input(chat_dir, tmp_path, capsys):
 
 def test_chat_template_rule_is_the_exports(tmp_path_factory):
     """A checkpoint chats in the template its to-hf export writes: chat_template_for (THE rule)
-    equals convert.cli.export_chat_template (no flags, which asks it) for every meta chat_format (absent, null,
+    equals convert.to_hf.export_chat_template (no flags, which asks it) for every meta chat_format (absent, null,
     chatml, model, a from-hf kept template) on a sentencepiece ChatML tokenizer and on HF
     tokenizers with and without their own template."""
     from easylemur.checkpoint.model_meta import ModelCheckpoint
-    from easylemur.convert.cli import export_chat_template
+    from easylemur.convert.to_hf import export_chat_template
     from easylemur.chat.choice import chat_template_for
     from easylemur.tokenizer import load_tokenizer
 

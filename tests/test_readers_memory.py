@@ -1,4 +1,4 @@
-"""JSONL sources in constant memory (data/readers.py): a compressed file is decompressed as a
+"""JSONL sources in constant memory (data/jsonl.py, data/streams.py): a compressed file is decompressed as a
 stream into a private temporary file (random access, `JsonlSource`) or straight into records
 (`iter_jsonl_records`), so peak memory does not grow with the file; the two paths give the same
 records, and a damaged file the same error."""
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from easylemur.data import readers
-from easylemur.data.readers import JsonlSource, iter_jsonl_records
+from easylemur.data import streams
+from easylemur.data.jsonl import JsonlSource, iter_jsonl_records
 from easylemur.data.records import BadRecord, DataError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def _peak_rss_mb(cmd: list[str], env: dict) -> float:
 
 SOURCE_CHILD = textwrap.dedent("""
     import sys
-    from easylemur.data.readers import JsonlSource
+    from easylemur.data.jsonl import JsonlSource
     path, n, per_block = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     src = JsonlSource([path])
     assert len(src) == n, len(src)
@@ -63,7 +63,7 @@ SOURCE_CHILD = textwrap.dedent("""
 
 ITER_CHILD = textwrap.dedent("""
     import sys
-    from easylemur.data.readers import iter_jsonl_records
+    from easylemur.data.jsonl import iter_jsonl_records
     path, n, per_block = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     count = 0
     for where, rec in iter_jsonl_records(path):
@@ -184,9 +184,9 @@ def _multi(data: bytes, fmt: str, parts: int) -> bytes:
 
 @pytest.mark.parametrize("fmt", ["gzip", "zstd", "plain"])
 def test_streamed_and_random_access_records_are_equal(tmp_path, monkeypatch, fmt):
-    monkeypatch.setattr(readers, "OUT_CHUNK", 4096)  # many decoder parts, lines across them
-    monkeypatch.setattr(readers, "DECODE_CHUNK", 1024)
-    monkeypatch.setattr(readers, "READ_CHUNK", 4096)
+    monkeypatch.setattr(streams, "OUT_CHUNK", 4096)  # many decoder parts, lines across them
+    monkeypatch.setattr(streams, "DECODE_CHUNK", 1024)
+    monkeypatch.setattr(streams, "READ_CHUNK", 4096)
     data = b"\n".join(LINES * 40)
     suffix = {"gzip": ".jsonl.gz", "zstd": ".jsonl.zst", "plain": ".jsonl"}[fmt]
     path = tmp_path / f"m{suffix}"
@@ -200,9 +200,9 @@ def test_streamed_and_random_access_records_are_equal(tmp_path, monkeypatch, fmt
     if fmt != "plain":
         path2 = tmp_path / f"rle{suffix}"
         path2.write_bytes(_multi(rle, fmt, 2))
-        fd, size = readers._open_fd(str(path2))
+        fd, size = streams._open_fd(str(path2))
         try:
-            assert max(len(c) for c in readers._chunks(str(path2), fd, size, fmt)) <= 4096 + 2 * readers.ZSTD_BLOCK_MAX
+            assert max(len(c) for c in streams._chunks(str(path2), fd, size, fmt)) <= 4096 + 2 * streams.ZSTD_BLOCK_MAX
         finally:
             os.close(fd)
         src2 = JsonlSource([str(path2)])

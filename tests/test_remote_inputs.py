@@ -1,4 +1,4 @@
-"""Raw JSONL (and Parquet) read straight from a bucket (any fsspec URL; data/readers.py): on
+"""Raw JSONL (and Parquet) read straight from a bucket (any fsspec URL; data/files.py, data/streams.py): on
 fsspec's own `memory://` filesystem, a URL gives exactly what the same bytes give on local
 disk: records, errors, the files a prefix or glob names, the kind detected, and a token store
 built from it, byte for byte; training reads a raw URL source too (ranged reads). One test
@@ -19,17 +19,11 @@ import zstandard
 from ml_collections import ConfigDict
 
 from easylemur.config import validate_sources
-from easylemur.data import build, readers
+from easylemur.data import build, streams
+from easylemur.data.files import JSONL_SUFFIXES, PARQUET_SUFFIXES, detect_kind, file_sizes, resolve_files
+from easylemur.data.jsonl import JsonlSource, iter_jsonl_records
 from easylemur.data.pipeline import make_pipeline
-from easylemur.data.readers import (
-    JSONL_SUFFIXES,
-    PARQUET_SUFFIXES,
-    JsonlSource,
-    ParquetSource,
-    detect_kind,
-    iter_jsonl_records,
-    resolve_files,
-)
+from easylemur.data.readers import ParquetSource
 from easylemur.data.records import BadRecord, DataError
 from easylemur.tokenizer.spm import Tokenizer
 
@@ -89,9 +83,9 @@ SUFFIX = {"plain": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}
 
 @pytest.mark.parametrize("fmt", ["plain", "gzip", "zstd"])
 def test_an_object_reads_as_the_same_bytes_on_local_disk(tmp_path, mem, monkeypatch, fmt):
-    monkeypatch.setattr(readers, "DECODE_CHUNK", 1024)  # many pieces and decoder parts, lines across them
-    monkeypatch.setattr(readers, "OUT_CHUNK", 4096)
-    monkeypatch.setattr(readers, "READ_CHUNK", 4096)
+    monkeypatch.setattr(streams, "DECODE_CHUNK", 1024)  # many pieces and decoder parts, lines across them
+    monkeypatch.setattr(streams, "OUT_CHUNK", 4096)
+    monkeypatch.setattr(streams, "READ_CHUNK", 4096)
     fs, root = mem
     blob = _compressed(_content(), fmt)
     local = tmp_path / f"d{SUFFIX[fmt]}"
@@ -111,7 +105,7 @@ def test_an_object_reads_as_the_same_bytes_on_local_disk(tmp_path, mem, monkeypa
     # the stream of an uncompressed object is read in pieces; records by one ranged read each
     if fmt == "plain":
         remote = both._open.files[0][0].fd
-        assert isinstance(remote, readers._Remote) and remote.is_ranged and remote.size == len(blob)
+        assert isinstance(remote, streams._Remote) and remote.is_ranged and remote.size == len(blob)
 
 
 @pytest.mark.parametrize("fmt", ["gzip", "zstd"])
@@ -181,7 +175,7 @@ def test_prefix_glob_and_object_urls_resolve_and_detect_like_local_paths(tmp_pat
         assert str(e.value).startswith(f"{url}: ") and why in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(DataError, match="^nosuchscheme://b/x: cannot open this URL"):
         detect_kind("nosuchscheme://b/x")
-    sizes = readers.file_sizes(same(""))
+    sizes = file_sizes(same(""))
     assert sizes == [14] * 4
 
 
@@ -289,7 +283,7 @@ def test_a_gs_object_streams_in_large_gets(request, monkeypatch):
     data = b"\n".join(json.dumps({"text": rng.bytes(600).hex()}).encode() for _ in range(2000))  # ~2.4 MB
     blob = _compressed(data, "zstd")
     url = f"{bucket}/raw/x.jsonl.zst"
-    monkeypatch.setattr(readers, "REMOTE_BLOCK", 256 << 10)
+    monkeypatch.setattr(streams, "REMOTE_BLOCK", 256 << 10)
     fetches = []
     real = gcsfs.GCSFileSystem._cat_file
 

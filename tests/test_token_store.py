@@ -18,8 +18,9 @@ from ml_collections import ConfigDict
 
 from easylemur.config import source_dict, validate_sources
 from easylemur.data import build
+from easylemur.data.files import JSONL_SUFFIXES, resolve_files
+from easylemur.data.jsonl import JsonlSource
 from easylemur.data.pipeline import make_pipeline
-from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, resolve_files
 from easylemur.data.records import DataError
 from easylemur.data.store import StoreSource, read_manifest
 from easylemur.data.tokenize import Tokenize

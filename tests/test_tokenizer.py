@@ -63,7 +63,7 @@ def test_round_trip_byte_for_byte(tok, text):
 
 
 def test_round_trip_sample_corpus(tok):
-    from easylemur.data.readers import iter_jsonl_texts
+    from easylemur.data.jsonl import iter_jsonl_texts
 
     n = 0
     for text in iter_jsonl_texts(ROOT / "data" / "samples" / "code", "text"):
@@ -215,7 +215,7 @@ def _random_strings(n: int, seed: int) -> list[str]:
 
     global _CORPUS
     if _CORPUS is None:
-        from easylemur.data.readers import iter_jsonl_texts
+        from easylemur.data.jsonl import iter_jsonl_texts
 
         _CORPUS = [t for _, t in zip(range(50), iter_jsonl_texts(ROOT / "data" / "samples" / "code", "text"))]
     rng = random.Random(seed)

@@ -20,8 +20,9 @@ from ml_collections import ConfigDict
 from easylemur.config import validate_sources
 from easylemur.data import build
 from easylemur.chat.chatml import render_chat
+from easylemur.data.files import JSONL_SUFFIXES, resolve_files
+from easylemur.data.jsonl import JsonlSource, iter_jsonl_texts
 from easylemur.data.pipeline import make_pipeline
-from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, iter_jsonl_texts, resolve_files
 from easylemur.data.store import StoreSource, read_manifest
 from easylemur.data.tokenize import Tokenize
 from easylemur.convert.source import source_tokenizer

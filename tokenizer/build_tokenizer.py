@@ -27,7 +27,7 @@ import sentencepiece as spm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from easylemur.data.readers import iter_jsonl_texts  # noqa: E402
+from easylemur.data.jsonl import iter_jsonl_texts  # noqa: E402
 
 CHATML = ["<|im_start|>", "<|im_end|>"]
 

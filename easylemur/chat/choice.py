@@ -1,6 +1,6 @@
 """THE rule for which chat template a model chats with (docs/design.md, "Chat prompts: one
 renderer"): the server, `generate --chat`, `LoadedModel.chat`, lm-eval's --apply_chat_template,
-the task evals, and to-hf's export (`convert.cli.export_chat_template` without flags) all ask
+the task evals, and to-hf's export (`convert.to_hf.export_chat_template` without flags) all ask
 `chat_template_for`, so that easylemur, transformers and vLLM render the same prompt."""
 
 from __future__ import annotations

@@ -35,17 +35,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from easylemur.config import source_dict
-from easylemur.data.readers import (
-    JSONL_SUFFIXES,
-    PARQUET_SUFFIXES,
-    ParquetSource,
-    _remote,
-    _url_fs,
-    detect_kind,
-    iter_jsonl_records,
-    open_source,
-    resolve_files,
-)
+from easylemur.data.files import JSONL_SUFFIXES, PARQUET_SUFFIXES, _remote, _url_fs, detect_kind, resolve_files
+from easylemur.data.jsonl import iter_jsonl_records
+from easylemur.data.readers import ParquetSource, open_source
 from easylemur.chat.template import template_sha256
 from easylemur.data.decontam import document_text
 from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
@@ -172,7 +164,7 @@ def _dataset_stamp(path: str) -> str | None:
 
 def plan_units(sources: Mapping[str, Any]) -> list[Unit]:
     """Every unit of `sources` (name -> source config), in a fixed order. A file source's
-    files may be local or URLs (a bucket's objects, `readers.resolve_files`): a unit's input is
+    files may be local or URLs (a bucket's objects, `files.resolve_files`): a unit's input is
     the file's URL or absolute path (a relative path in the config names the same files from
     anywhere), its size and its stamp (`input_stamps`)."""
     units: list[Unit] = []

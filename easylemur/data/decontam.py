@@ -51,7 +51,9 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from easylemur.data.conversations import ChatFormatError, to_messages
-from easylemur.data.readers import JSONL_SUFFIXES, JsonlSource, detect_kind, open_source
+from easylemur.data.files import JSONL_SUFFIXES, detect_kind
+from easylemur.data.jsonl import JsonlSource
+from easylemur.data.readers import open_source
 from easylemur.data.records import BadRecord, DataError
 
 DEFAULT_N = 13

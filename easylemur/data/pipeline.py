@@ -2,7 +2,7 @@
 
 This module only assembles the chain; each stage lives in the module named for it:
 
-  readers.py   records of a file or dataset, bad ones as BadRecord values (records.py)
+  readers.py   records of a file or dataset (open_source; JSONL: jsonl.py), bad ones as BadRecord values (records.py)
   hub.py       StreamIterDataset: a streamed hub dataset as a grain source
   tokenize.py  Tokenize: record -> token ids and loss mask (or a BadRecord)
   packing.py   PackIterDataset: documents -> rows of seq_len; collate: rows -> a batch
@@ -50,11 +50,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import grain
 
 from easylemur.config import source_dict
+from easylemur.data.files import detect_kind
 from easylemur.data.hub import StreamIterDataset, StreamSpec
 from easylemur.data.iterator import DataIterator
 from easylemur.data.mixture import MixIterDataset, stage_weights
 from easylemur.data.packing import PackIterDataset, collate
-from easylemur.data.readers import detect_kind, open_source
+from easylemur.data.readers import open_source
 from easylemur.data.records import DataError
 from easylemur.data.store import open_store_source
 from easylemur.data.tokenize import Tokenize, probe_source

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from easylemur.config import source_dict
+from easylemur.data.files import JSONL_SUFFIXES, PARQUET_SUFFIXES, detect_kind, resolve_files
 from easylemur.data.hub import StreamSpec
-from easylemur.data.readers import JSONL_SUFFIXES, PARQUET_SUFFIXES, detect_kind, open_source, resolve_files
+from easylemur.data.readers import open_source
 from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
 from easylemur.data.store import store_entry
 from easylemur.data.tokenize import Tokenize

@@ -30,8 +30,8 @@ import numpy as np
 
 from easylemur import storage
 from easylemur.chat.template import template_sha256
+from easylemur.data.files import STORE_MANIFEST
 from easylemur.data.records import DataError
-from easylemur.data.readers import STORE_MANIFEST
 
 STORE_FORMAT = "easylemur-token-store"
 STORE_VERSION = 1
