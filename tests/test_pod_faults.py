@@ -163,6 +163,12 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
     workdir, pods = pod_run
     quick(monkeypatch)
 
+    # 0. the same run on a pod where nothing fails: what every launch below must reproduce
+    pods.append(pod := LocalPod(workdir.parent / "uninterrupted", overrides=O))
+    assert pod.wait() == [0, 0, 0, 0], pod.log(0)[-3000:]
+    reference = losses(workdir.parent / "uninterrupted")
+    assert sorted(reference) == list(range(1, STEPS + 1))
+
     # 1. the coordinator (process 0) SIGKILLed once step 3 is logged (odd: its step is not saved yet)
     pods.append(pod := LocalPod(workdir, overrides=O))
     pod.wait_until(lambda: 3 in pod.logged())
@@ -174,7 +180,8 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
         assert pod.error_line(i).startswith("error: lost process 0 of 4 ("), pod.error_line(i)
         assert "coordinator" in pod.error_line(i)
     check_saves(workdir)
-    uninterrupted = losses(workdir)  # steps 1..3 or more, computed from step 0 without a stop
+    first = losses(workdir)  # steps 1..3 or more, computed from step 0 without a stop
+    same_where_both(reference, first, range(1, STEPS + 1))
     resume = newest_complete(workdir)
 
     # 2. a worker SIGKILLed (by itself, EASYLEMUR_FAULT) right after its save of step 6 began
@@ -189,17 +196,15 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
     check_saves(workdir)
     second = losses(workdir)
     assert max(second) >= 6
-    same_where_both(uninterrupted, second, range(resume + 1, STEPS + 1))
+    same_where_both(reference, second, range(resume + 1, STEPS + 1))
     resume = newest_complete(workdir)
     assert resume in (4, 6)
 
-    # 3. the relaunch finishes; every step computed again equals its first computation bit for bit
+    # 3. the relaunch finishes: its losses are the uninterrupted pod's, bit for bit
     pods.append(pod := LocalPod(workdir, overrides=O))
     assert pod.wait() == [0, 0, 0, 0], pod.log(0)[-3000:]
     final = losses(workdir)
-    assert sorted(final) == list(range(1, STEPS + 1))
-    same_where_both(second, final, range(resume + 1, STEPS + 1))
-    assert {s: final[s] for s in uninterrupted} == uninterrupted
+    assert final == reference
 
     from easylemur.train.goodput import account, read_events
 

@@ -119,7 +119,9 @@ def test_a_cpu_run_measures_its_hosts_matmul_rate_without_a_stated_peak(monkeypa
     assert 1e8 < measure(n=256, reps=2, trials=1) < 1e14  # a real (small) measurement
     monkeypatch.delenv("EASYLEMUR_CPU_PEAK_FLOPS", raising=False)
     calls = []
-    monkeypatch.setattr(metrics, "measure_cpu_peak", lambda: calls.append(1) or 5e10)
-    assert metrics.peak_flops() == (5e10, "measured CPU bf16 matmul") and calls == [1]
+    monkeypatch.setattr(metrics, "measure_cpu_peak", lambda dtype: calls.append(dtype) or 5e10)
+    assert metrics.peak_flops() == (5e10, "measured CPU bfloat16 matmul") and calls == ["bfloat16"]
+    # a run computing float32 (a CPU without native bf16) is measured against float32 matmuls
+    assert metrics.peak_flops(dtype="float32") == (5e10, "measured CPU float32 matmul") and calls[-1] == "float32"
     monkeypatch.setenv("EASYLEMUR_CPU_PEAK_FLOPS", "2e11")
     assert metrics.peak_flops() == (2e11, "EASYLEMUR_CPU_PEAK_FLOPS")

@@ -53,16 +53,18 @@ def measure_cpu_peak(n: int = 2048, reps: int = 3, trials: int = 3, dtype: str =
     return best
 
 
-def peak_flops(devices: Optional[list] = None) -> tuple[float, str]:
+def peak_flops(devices: Optional[list] = None, dtype: str = "bfloat16") -> tuple[float, str]:
     """Peak FLOP/s of all `devices` together and how it was found. CPU 'devices' share one
-    host, so a CPU run's peak is one measured host rate, whatever the device count."""
+    host, so a CPU run's peak is one measured host rate, whatever the device count, of matmuls
+    in the run's compute `dtype` (a CPU without native bf16 computes float32, whose peak is not
+    the emulated bf16 one). Accelerators: the dense bf16 peak of the kind."""
     devices = devices or jax.devices()
     kind = devices[0].device_kind.lower()
     if devices[0].platform == "cpu":
         given = os.environ.get("EASYLEMUR_CPU_PEAK_FLOPS", "")
         if given:  # processes sharing a host (a local pod, tests) would measure each other's load
             return float(given), "EASYLEMUR_CPU_PEAK_FLOPS"
-        return measure_cpu_peak(), "measured CPU bf16 matmul"
+        return measure_cpu_peak(dtype=dtype), f"measured CPU {jnp.dtype(dtype).name} matmul"
     for key, peak in _PEAKS:
         if key in kind:
             return peak * len(devices), f"{kind} x{len(devices)}"
@@ -107,7 +109,7 @@ class StepLogger:
         self.names = list(source_names)
         self.tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
         self.flops_per_token = flops_per_token(model_cfg, cfg.data.seq_len)
-        self.peak, self.peak_how = peak_flops()
+        self.peak, self.peak_how = peak_flops(dtype=model_cfg.dtype)
         self.nan_skips = nan_skips
         self.pending: Optional[tuple] = None  # (step, device metrics, token counts after it)
         self.window_t: Optional[float] = None  # when the window's first step ended
