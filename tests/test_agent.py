@@ -386,6 +386,7 @@ def test_m_humaneval_runs_in_training(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, tmp_path):
     """--checkpoint: the model is served by easylemur's own continuously batched server on a
     local port and every row of the lemur suite is produced (a tiny model scores near zero); the

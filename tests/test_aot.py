@@ -2,7 +2,6 @@
 model config it compiles: the one `train` would resolve for the same config."""
 
 import functools
-import importlib.util
 import json
 import os
 import re
@@ -16,11 +15,10 @@ from easylemur.train.aot import accelerator_topology, run_model_config
 from easylemur.config import load_config
 from easylemur.errors import InputError
 from easylemur.train.metrics import flops_per_token
+from markers import needs_libtpu
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_RUN = "/nonexistent/easylemur-test-workdir"  # no checkpoint to resume: the model is the config's
-needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                  reason="AOT compilation for TPU needs libtpu (pip install 'easylemur[tpu]')")
 
 
 def _aot(*args: str, config: str = "configs/lemur_70b_pretrain.py") -> tuple[int, dict]:

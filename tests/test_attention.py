@@ -6,7 +6,6 @@ without a GPU, and the segment offsets it gives cuDNN describe the reference mas
 are the smallest the kernel takes (rows of 128-256 tokens, tiny heads)."""
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,12 +23,11 @@ import easylemur
 from easylemur.config import ConfigError, load_config
 from easylemur.model.attention import SPLASH_RESIDUALS, AttentionError, attention, resolve_impl
 from easylemur.model.llama import Llama, LlamaConfig, init_params
+from markers import needs_libtpu
 from easylemur.sharding import make_mesh, named_sharding
 from hf_models import hf_logits, make_hf_model
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                  reason="AOT compilation for TPU needs libtpu (pip install 'easylemur[tpu]')")
 
 
 def _packed_segments(rows: int, T: int) -> jnp.ndarray:

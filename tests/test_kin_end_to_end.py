@@ -120,6 +120,7 @@ def _rope(config) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("family", [qwen, llama3, mistral, deepseek], ids=lambda f: f.__name__)
 def test_family_directory_trains_and_exports_to_what_transformers_reads(tmp_path, family):
     hf_dir = tmp_path / "hf"

@@ -159,6 +159,7 @@ def same_where_both(a: dict, b: dict, steps) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_run, monkeypatch):
     workdir, pods = pod_run
     quick(monkeypatch)
@@ -217,6 +218,7 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_a_stopped_worker_and_a_hung_data_read_end_the_pod(pod_run, monkeypatch):
     workdir, pods = pod_run
     quick(monkeypatch)
@@ -275,6 +277,35 @@ def test_watchdog_limit_is_the_larger_of_the_median_times_factor_and_the_floor(m
     with g.long("save"):
         assert g.phase_name == "save"
     assert g.phase_name == "data" and time.monotonic() - g.progress < 100  # the watch starts over after a long phase
+
+
+def test_a_peer_refusing_bad_input_during_setup_is_given_time_to_be_refused_alike(monkeypatch):
+    """Every process reads one config, so a peer's exit 2 (bad input) while this process still sets up
+    is most likely its own verdict a moment later (on a loaded host, a second-process mesh refusal
+    came out as 75, which the babysitter relaunches): no loss is declared for the heartbeat timeout.
+    Any other exit, or exit 2 once the loop runs, is a loss at once."""
+    from ml_collections import ConfigDict
+
+    cfg = ConfigDict({"distributed": {"heartbeat_timeout_seconds": 30}, "watchdog": {"step_factor": 10.0,
+                                                                                      "floor_seconds": 5.0}})
+    g = pod_mod.Guard(cfg)
+    said = []
+    monkeypatch.setattr(g, "lost", lambda process, cause, detect_seconds=0.0: said.append((process, cause)))
+    now = time.monotonic()
+    g._peers = {1: ("exit 2 - -", now)}
+    g._check_peers(now + 10, stale=False)
+    assert said == []  # still setting up: its own refusal may come
+    g._check_peers(now + 31, stale=False)
+    assert said == [(1, "it exited with status 2; its log says why")]  # not within the timeout: lost
+    said.clear()
+    g.phase("data", 1)
+    g._check_peers(now + 1, stale=False)
+    assert said and said[0][0] == 1  # past setup a peer's exit 2 is a loss at once
+    said.clear()
+    g.phase_name = "setup"
+    g._peers = {1: ("exit 1 - -", now)}
+    g._check_peers(now + 1, stale=False)
+    assert said and said[0][0] == 1  # a failed run (exit 1) is not the same verdict coming
 
 
 @pytest.mark.slow

@@ -161,6 +161,7 @@ def test_readme_config_keys_exist():
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_quick_start_demo_runs(tmp_path):
     assert "bash scripts/demo.sh" in README and "bash scripts/test.sh" in README
     few = "--config.train.steps=4 --config.log.every=2 --config.checkpoint.every=4 --config.data.prefetch=0"

@@ -11,7 +11,9 @@ with a C++ stack trace and no word of which process was lost. So:
   coordination service's key-value store (`easylemur/live/<p>` = `count step phase`, every
   `heartbeat_timeout_seconds / 10` s at most 1 s) and reads every peer's beat back. A peer whose
   beat has not changed for `heartbeat_timeout_seconds`, or that said it exited with an error,
-  is lost; so is the coordinator (process 0) when the store has not answered for that long.
+  is lost; so is the coordinator (process 0) when the store has not answered for that long. A
+  peer that exited with bad input (2) while this process still sets up is given that long to
+  reach the same refusal itself: one config, so the pod usually ends with 2 everywhere.
   Every process then prints one line naming the lost process, the cause and its own step, and
   exits `EXIT_LOST_HOST` (75) with `os._exit`: never JAX's shutdown barrier, which would wait
   for the dead. In every run (one process too) it is also the step watchdog: no step finished
@@ -41,7 +43,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import jax
 
-from easylemur.errors import EXIT_HANG, EXIT_LOST_HOST
+from easylemur.errors import EXIT_BAD_INPUT, EXIT_HANG, EXIT_LOST_HOST
 
 LONG_PHASES = ("setup", "compile", "save", "eval", "done")  # the step watchdog waits through these
 _KEY = "easylemur/live/"
@@ -328,6 +330,11 @@ class Guard:
                 self._leave(EXIT_HANG, "hang", f"hang, seen first by process {p}: {cause}; process {self.pid} (stacks "
                             f"above) is in step {self.at} {self.phase_name}; exit {EXIT_HANG}", stacks=True,
                             verdict=f"{lost} {cause}", detect_seconds=round(now - self.progress, 1))
+            if code == str(EXIT_BAD_INPUT) and self.phase_name == "setup" and now - self._peers[p][1] <= self.heartbeat:
+                # every process reads one config: while still setting up, this one is likely to reach the
+                # same refusal (exit 2, which a babysitter does not relaunch) in a moment; the coordinator
+                # outlives its peers for longer than this wait
+                continue
             self.lost(p, f"it exited with status {code}; its log says why", now - self._peers[p][1])
         if not stale:
             return
