@@ -37,12 +37,12 @@ from easylemur.train.step import build_eval_step, mean_eval_loss
 from easylemur.eval.task_evals import make_task_evals
 
 
-def train(cfg: ConfigDict) -> dict:
+def train(cfg: ConfigDict, guard: Optional[pod.Guard] = None) -> dict:
     """Runs (or resumes) the run `cfg` describes to train.steps; returns the last step, its
     loss and grad norm, the tokens seen per source, and `stopped_by` (the signal that stopped
-    it after a save, or None). In a pod, a lost process or a hang ends it (`pod.Guard`)."""
-    pod.initialize(cfg.distributed)
-    guard = pod.current = pod.Guard(cfg).start()  # beats from here: a long restore is no lost host
+    it after a save, or None). In a pod, a lost process or a hang ends it (`guard`, a started
+    `pod.Guard` of `start_pod(cfg)`; by default this call starts its own)."""
+    guard = guard or start_pod(cfg)
     try:
         result = _train(cfg, guard)
     except BaseException as e:
@@ -52,6 +52,13 @@ def train(cfg: ConfigDict) -> dict:
         raise
     guard.finish()  # JAX's shutdown barrier, watched
     return result
+
+
+def start_pod(cfg: ConfigDict) -> pod.Guard:
+    """`jax.distributed` joined (with several processes) and this process's guard beating: from
+    here a long restore is no lost host."""
+    pod.initialize(cfg.distributed)
+    return pod.Guard(cfg).start()
 
 
 def _collective_failure(e: BaseException) -> bool:
@@ -192,11 +199,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     the signal's number when SIGTERM/SIGINT stopped the run after saving, 75 a process of the
     pod lost, 76 a hang (docs/design.md, "Lost hosts and hangs")."""
     args, cfg = cli_config(_parser(), argv)
+    guard = None
     try:
-        result = train(cfg)
+        guard = start_pod(cfg)
+        result = train(cfg, guard)
     except Exception as e:
-        if jax.process_count() > 1 and pod.current is not None:
+        if jax.process_count() > 1 and guard is not None:
             # its peers stop at once, naming this process, and none waits in JAX's shutdown barrier
-            pod.current.failed(report(e, argv))
+            guard.failed(report(e, argv))
         raise
     return 128 + result["stopped_by"] if result["stopped_by"] else 0

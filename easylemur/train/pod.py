@@ -444,9 +444,6 @@ class Guard:
             time.sleep(self.interval / 4)
 
 
-current: Optional[Guard] = None  # this process's guard (the train CLI's main reports an error through it)
-
-
 def _fault_from_env() -> Optional[tuple[str, int, int]]:
     spec = os.environ.get("EASYLEMUR_FAULT", "")
     if not spec:
