@@ -211,7 +211,9 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
 
     r = account(read_events(workdir))
     assert r["launches"] == 3 and r["interruptions"] == 2 and r["state"] == "done", r
-    assert [x["ended"] for x in r["interruption_details"]] == ["killed", "lost"], r  # process 0 itself was killed
+    # the killed coordinator wrote no end: process 1 recorded it, under the launch process 0 started
+    assert [(x["ended"], x.get("lost_process")) for x in r["interruption_details"]] == [("lost", 0), ("lost", 2)], r
+    assert r["interruption_details"][0]["detect_seconds"] <= LOST_BOUND
     assert r["interruption_details"][1]["detect_seconds"] >= HEARTBEAT - 1  # process 2 silent, then named lost
     assert r["interruption_details"][1]["restart_seconds"] > 0
     print("goodput:", json.dumps(r["interruption_details"]))
@@ -353,3 +355,4 @@ def test_goodput_counts_a_lost_host_with_its_detection_and_restart():
     [x] = r["interruption_details"]
     assert x["ended"] == "lost" and x["steps_lost"] == 2 and x["detect_seconds"] == 5.5 and x["restart_seconds"] == 14.0
     assert "detected after 5.5 s, restarted (first step) 14.0 s later" in report_text(r, "w")
+    assert "launch 1 (lost: process 2) reached step 6" in report_text(r, "w")

@@ -62,6 +62,19 @@ class EventLog:
         # its complete lines read once, then rewritten whole with each event
         self.file = LineFile(self.path, lambda: _read_lines(self.path))
 
+    def take_over(self) -> bool:
+        """Process 0, this log's writer, is lost (the coordinator killed): this process writes the
+        launch's last records in its place, under the launch id of the file's newest start (process
+        0's, of this launch: it wrote it before any step). False when the file has no start."""
+        if self.active:
+            return True
+        starts = [r for r in map(json.loads, _read_lines(self.path)) if r.get("event") == "start"]
+        if not starts:
+            return False
+        self.launch, self.active = starts[-1]["launch"], True
+        self.file = LineFile(self.path, lambda: _read_lines(self.path))
+        return True
+
     def write(self, event: str, t: float, **fields: Any) -> None:
         if not self.active:
             return
@@ -258,6 +271,8 @@ def account(events: Sequence[dict]) -> dict:
                 # unnoticed, and from the launch's end to the next launch's first step
                 first = next((e["time"] for e in nxt if e["event"] == "step" and e.get("first")), None)
                 interruptions[-1]["detect_seconds"] = fault.get("detect_seconds")
+                if fault.get("process") is not None:
+                    interruptions[-1]["lost_process"] = fault["process"]
                 interruptions[-1]["restart_seconds"] = (first - last) if first is not None else None
     for i in range(1, len(spans)):
         down = max(0.0, spans[i][0] - spans[i - 1][1])
@@ -297,7 +312,8 @@ def report_text(r: dict, workdir: str) -> str:
     lines.append("")
     lines.append(f"interruptions: {r['interruptions']}, steps lost: {r['steps_lost']}")
     for x in r["interruption_details"]:
-        lines.append(f"  launch {x['launch']} ({x['ended']}) reached step {x['reached_step']}, the next resumed from "
+        ended = x["ended"] + (f": process {x['lost_process']}" if x.get("lost_process") is not None else "")
+        lines.append(f"  launch {x['launch']} ({ended}) reached step {x['reached_step']}, the next resumed from "
                      f"step {x['resumed_from']}: {x['steps_lost']} steps lost ({_duration(x['lost_seconds'])}), "
                      f"down {_duration(x.get('down_seconds', 0.0))}"
                      + (f", detected after {_duration(x['detect_seconds'])}" if x.get("detect_seconds") is not None else "")

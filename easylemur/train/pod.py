@@ -414,8 +414,12 @@ class Guard:
                   **({"stacks": text} if text else {})}
         if self.events is not None:
             events = self.events
+            # a lost coordinator wrote nothing of its end: process 1 records the launch's fault and end
+            takes_over = process == 0 and self.pid == 1
 
             def record() -> None:
+                if takes_over and not events.take_over():
+                    return
                 events.write("fault", time.time(), step=self.step, at=self.at, cause=status, phase=self.phase_name, message=line,
                              **fields)
                 events.write("end", time.time(), step=events.step, status=status)
