@@ -26,8 +26,9 @@ DESIGN = ROOT / "docs" / "design.md"
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
 
 # Flags of other programs the docs name in their prose (in its code blocks, other programs'
-# commands are recognised as not ours and skipped): SLURM's --requeue, `mkdocs build --strict`.
-EXTERNAL_FLAGS = {"--requeue", "--strict"}
+# commands are recognised as not ours and skipped): SLURM's --requeue, `mkdocs build --strict`,
+# pytest's --strict-markers (pytest.ini).
+EXTERNAL_FLAGS = {"--requeue", "--strict", "--strict-markers"}
 
 
 def _code_commands() -> list[list[str]]:
