@@ -1,6 +1,7 @@
 """Every test session sees 8 CPU devices, so sharded code paths run everywhere."""
 
 import os
+import shutil
 
 from train_run import QUICK_COMPILE
 
@@ -78,16 +79,36 @@ def llama2_like_spm(tmp_path_factory) -> Path:
     return path
 
 
+def _built_once_per_run(tmp_path_factory, name: str, build) -> Path:
+    """`build(dir)` run once per test run, not once per pytest-xdist worker (a session fixture is
+    per worker): the workers share the parent of their base temp directories, pytest's directory
+    of this run; the first to take the lock builds there, the others wait for it and read the
+    same directory. Without xdist, this session's own. The product is read-only to its users."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out, done = root / name, root / f"{name}.built"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            if out.exists():  # a worker that died while building it
+                shutil.rmtree(out)
+            out.mkdir()
+            build(out)
+            done.touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory) -> Path:
     """The workdir of one uninterrupted small training run (train_run.REFERENCE: 30 steps, a
-    checkpoint every 6, the last two kept), which the resume tests compare against. Treat it
-    as read-only: copy it before resuming or damaging it."""
+    checkpoint every 6, the last two kept), which the resume tests compare against; trained once
+    per test run, whichever worker asks first. Treat it as read-only: copy it before resuming or
+    damaging it."""
     from train_run import REFERENCE, run
 
-    workdir = tmp_path_factory.mktemp("reference") / "run"
-    run(workdir, REFERENCE)
-    return workdir
+    return _built_once_per_run(tmp_path_factory, "reference", lambda d: run(d / "run", REFERENCE)) / "run"
 
 
 @pytest.fixture(scope="session", autouse=True)
