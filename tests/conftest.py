@@ -31,10 +31,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ and not os.environ.get("EASYLEM
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # A CPU run measures the host's bf16 matmul rate for its MFU at start (metrics.peak_flops):
-# 10 matmuls of 2048^2, 0.7 s of both cores on an idle 2-core host (more under the suite's
-# load) in every trainer the suite starts, and
-# processes running side by side would only measure each other. The suite's runs take a stated
-# peak instead; test_train_metrics.py measures it once, small.
+# 19 matmuls of 1024^2, 0.2 s of both cores on an idle 2-core host (more under the suite's
+# load) in every trainer the suite starts, and processes running side by side would only
+# measure each other. The suite's runs take a stated peak instead; test_train_metrics.py
+# measures it once, small.
 os.environ.setdefault("EASYLEMUR_CPU_PEAK_FLOPS", "1e11")
 
 import jax  # noqa: E402
