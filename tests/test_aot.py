@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -402,3 +403,154 @@ def test_overlap_counts_an_async_collective_hidden_up_to_the_matmuls_scheduled_i
     assert (o["ici_s"], o["async_ici_s"], o["hidden_ici_s"], o["exposed_ici_s"]) == pytest.approx((2, 1, 1, 1))
     assert collective_overlap(inside, mesh, fast)["hidden_ici_s"] == pytest.approx(0.25)
     assert collective_overlap(after, mesh, slow)["hidden_ici_s"] == 0
+
+
+# --- --memory-detail: the buffers live at the compiler's peak ---
+
+_LIVE_RANGE = """HloLiveRange (max 1939):
+  InstructionSequence:
+    0:param.47
+  Live ranges at 681 (peak):
+    dynamic-update-slice.63{}: 10737418240 bytes (cumulative: 10737418240 bytes)
+    copy.613{}: 83886080 bytes (cumulative: 10821304320 bytes)
+    param.47{}: 83886080 bytes (cumulative: 10905190400 bytes)
+    fusion.480{0}: 469762048 bytes (cumulative: 11374952448 bytes)
+    conditional{23}: 293601280 bytes (cumulative: 11668553728 bytes)
+    fusion.480{}: 16 bytes (cumulative: 11668553744 bytes)
+  Stack trace breakdown for peak usage: 11 668 553 744 bytes
+"""
+_BUFFER_ASSIGNMENT = """BufferAssignment:
+allocation 10: size 83886080, parameter 33, shape |f32[80,64,128,32]| at ShapeIndex {}, maybe-live-out:
+ value: <3644 copy.678 @0> (size=83886080,offset=0): f32[80,64,128,32]{2,3,1,0:T(8,128)}
+ value: <3685 param.47 @0> (size=83886080,offset=0): f32[80,64,128,32]{2,3,1,0:T(8,128)}
+ value: <4778 conditional{23} (phi) @0> (size=293601280,offset=0): f32[80,112,8192]{2,1,0:T(8,128)}
+ value: <3634 copy.613 @0> (size=335544320,offset=1738407936): f32[80,64,128,32]{3,2,1,0:T(8,128)}
+ value: <3047 dynamic-update-slice.63 @5> (size=10737418240,offset=0): bf16[80,2,4096,8192]{3,2,1,0:T(8,128)(2,1)S(5)}
+ value: <3129 fusion.480{} @0> (size=512,offset=0): (bf16[2,4096,28672]{2,1,0:T(8,128)(2,1)}, f32[]{:T(128)})
+ value: <3130 fusion.480{0} @0> (size=469762048,offset=0): bf16[2,4096,28672]{2,1,0:T(8,128)(2,1)}
+"""
+_REPORT = """Memory Space: default (color=0)
+Total bytes: 9462042624 (8.81GiB)
+Memory Space: cmem (color=5)
+Total bytes: 10737418240 (10.00GiB)
+"""
+
+
+def _write_dump(path: Path, live_range: str = _LIVE_RANGE) -> str:
+    prefix = path / "module_0000.jit_step.cl_1.after_optimizations"
+    Path(f"{prefix}-live-range.txt").write_text(live_range)
+    Path(f"{prefix}-buffer-assignment.txt").write_text(_BUFFER_ASSIGNMENT)
+    Path(f"{prefix}-memory-usage-report.txt").write_text(_REPORT)
+    return str(path)
+
+
+def test_peak_buffers_parses_the_live_range_and_buffer_assignment_reports(tmp_path):
+    """Lines as libtpu writes them (a 70B step's): every buffer live at the peak in HBM with its
+    buffer-assignment size and layout; the host-offloaded one (S(5)) is listed apart; padding is
+    allocated - logical: o_proj's shard laid out {3,2,1,0} has the 32-wide dimension minor,
+    padded to 128 by the (8, 128) tiles, 320 MiB for 80 MiB, where {2,3,1,0} pads nothing."""
+    from easylemur.train.peak_buffers import HOST_MEMORY_SPACE, logical_bytes, memory_detail, peak_buffers
+
+    MiB = 2**20
+    out = peak_buffers(_write_dump(tmp_path))
+    assert [e["name"] for e in out] == ["fusion.480{0}", "copy.613{}", "conditional{23}", "param.47{}", "fusion.480{}"]
+    by = {e["name"]: e for e in out}
+    assert by["copy.613{}"]["shape"] == "f32[80,64,128,32]{3,2,1,0:T(8,128)}" and by["copy.613{}"]["dtype"] == "f32"
+    assert (by["copy.613{}"]["allocated_bytes"], by["copy.613{}"]["logical_bytes"], by["copy.613{}"]["padding_bytes"]) \
+        == (320 * MiB, 80 * MiB, 240 * MiB)
+    assert (by["param.47{}"]["allocated_bytes"], by["param.47{}"]["padding_bytes"]) == (80 * MiB, 0)
+    assert by["conditional{23}"]["padding_bytes"] == 0 and by["fusion.480{0}"]["logical_bytes"] == 448 * MiB
+    assert (by["fusion.480{}"]["dtype"], by["fusion.480{}"]["logical_bytes"], by["fusion.480{}"]["padding_bytes"]) \
+        == ("tuple", 16, 496)  # a tuple: one pointer per element, as the live-range report counts it
+    assert all(e["memory_space"] == 0 and e["allocated_bytes"] >= e["logical_bytes"] for e in out)
+    host = peak_buffers(str(tmp_path), memory_space=HOST_MEMORY_SPACE)
+    assert [(e["name"], e["allocated_bytes"], e["padding_bytes"]) for e in host] == [("dynamic-update-slice.63{}", 10 * 2**30, 0)]
+
+    detail = memory_detail(str(tmp_path), top=2)
+    live = (448 + 320 + 280 + 80) * MiB + 512
+    assert (detail["peak_instruction"], detail["buffers"], detail["live_bytes"]) == (681, 5, live)
+    assert detail["padding_bytes"] == 240 * MiB + 496
+    assert detail["compiler_peak_bytes"] == 9462042624 and [e["name"] for e in detail["top"]] == ["fusion.480{0}", "copy.613{}"]
+    assert detail["other_memory_spaces"] == [{"memory_space": 5, "report_name": "cmem", "host": True,
+                                              "live_bytes": 10 * 2**30, "buffers": 1}]
+
+    assert logical_bytes("bf16[2,4096,8192]{2,1,0:T(8,128)(2,1)}") == 2 * 4096 * 8192 * 2
+    assert logical_bytes("pred[]{:T(512)}") == 1 and logical_bytes("s4[3]{0}") == 2 and logical_bytes("f8e4m3fn[10]") == 10
+    assert logical_bytes("(s32[]{:T(128)}, (f32[2]{0}, f32[3]{0}), /*index=2*/bf16[4,4]{1,0:T(4,128)(2,1)})") == 24
+
+    with pytest.raises(ValueError, match="copy.999"):  # a live buffer the buffer assignment lacks: not silently dropped
+        peak_buffers(_write_dump(tmp_path, _LIVE_RANGE.replace("copy.613{}", "copy.999{}")))
+    with pytest.raises(FileNotFoundError):
+        peak_buffers(str(tmp_path / "nothing"))
+    assert memory_detail(str(tmp_path / "nothing")) is None
+
+
+def _tiled_f32_bytes(shape: str) -> Optional[int]:
+    """Bytes of an f32 array tiled T(r,128) on the two minor dimensions of its layout, or None
+    for another kind of shape."""
+    m = re.fullmatch(r"f32\[([\d,]+)\]\{([\d,]+):T\((\d+),128\)\}", shape)
+    if not m or "," not in m.group(1):
+        return None
+    dims, minor_to_major, r = [int(d) for d in m.group(1).split(",")], [int(d) for d in m.group(2).split(",")], int(m.group(3))
+    minor, second = dims[minor_to_major[0]], dims[minor_to_major[1]]
+    major = 1
+    for d in minor_to_major[2:]:
+        major *= dims[d]
+    return major * -(-second // r) * r * -(-minor // 128) * 128 * 4
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_peak_buffers_of_a_tiny_step_add_up_to_at_most_the_compilers_peak(tmp_path):
+    """A tiny step compiled for v5e:2x2 with a dump: the HBM buffers live at the compiler's peak
+    instruction add up to at most its "Total bytes" (the HBM heap also holds buffers live at
+    other instructions and the holes between them; that instruction is where all memory spaces,
+    VMEM included, peak); each one's logical bytes are the live-range report's own, unpadded,
+    figure and its allocation is never smaller; f32 arrays take exactly their (r, 128) tiles,
+    and some of the model's (head_dim 32 minor) are padded."""
+    from easylemur import sharding
+    from easylemur.train.aot import compiler_peak_bytes, default_chip_config, topology_devices
+    from easylemur.train.peak_buffers import _dump_files, _peak_entries, memory_detail, peak_buffers
+    from easylemur.train.step import build_train_step
+
+    cfg = load_config("configs/tiny_pretrain.py", [f"workdir={NO_RUN}", "model.num_layers=2", "model.remat=full_offload",
+                                                   "train.batch_size=8", f"data.seq_len={TINY_T}", "model.attention=blockwise",
+                                                   "mesh=data:1,fsdp:-1,tensor:1", "model.scan_layers=true"])
+    mesh = sharding.make_mesh(cfg.mesh, topology_devices("v5e:2x2", default_chip_config("v5e:2x2")))
+    model_cfg, _ = run_model_config(cfg)
+    build_train_step(cfg, model_cfg, mesh).lower(8, TINY_T, mesh).compile({"xla_dump_to": str(tmp_path)})
+    out = peak_buffers(str(tmp_path))
+    peak = compiler_peak_bytes(str(tmp_path))
+    assert out and peak and sum(e["allocated_bytes"] for e in out) <= peak, (sum(e["allocated_bytes"] for e in out), peak)
+    assert all(e["allocated_bytes"] >= e["logical_bytes"] and not re.search(r"S\(\d+\)\}$", e["shape"]) for e in out), out
+    _, every_space = _peak_entries(_dump_files(str(tmp_path), "jit_step"))
+    assert all(e["logical_bytes"] == e["live_range_bytes"] for e in every_space), every_space
+    tiled = [(e, _tiled_f32_bytes(e["shape"])) for e in out if _tiled_f32_bytes(e["shape"])]
+    assert tiled and all(e["allocated_bytes"] == t for e, t in tiled), tiled
+    assert any(e["padding_bytes"] > 0 for e, _ in tiled), tiled
+    detail = memory_detail(str(tmp_path))
+    assert (detail["live_bytes"], detail["buffers"], detail["compiler_peak_bytes"]) == \
+        (sum(e["allocated_bytes"] for e in out), len(out), peak)
+    assert detail["padding_bytes"] == sum(e["padding_bytes"] for e in out) > 0
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_memory_detail_flag_adds_peak_buffers_and_a_table(capsys):
+    """`python -m easylemur.aot ... --memory-detail` (in process, a tiny step): a peak_buffers
+    object with the 25 largest, largest first, within the compiler's peak, and a table on stderr."""
+    from easylemur.train.aot import main
+
+    rc = main(["--config", "configs/tiny_pretrain.py", f"--config.workdir={NO_RUN}", "--topology", "v5e:2x2",
+               "--memory-detail", "--config.model.num_layers=2", f"--config.data.seq_len={TINY_T}",
+               "--config.train.batch_size=8", "--config.model.attention=blockwise"])
+    captured = capsys.readouterr()
+    out = json.loads([line for line in captured.out.splitlines() if line.startswith("{")][-1])
+    assert rc == 0 and out["fits"] is True, out
+    detail = out["peak_buffers"]
+    top = detail["top"]
+    assert 0 < len(top) <= 25 and detail["buffers"] >= len(top)
+    assert [e["allocated_bytes"] for e in top] == sorted((e["allocated_bytes"] for e in top), reverse=True)
+    assert 0 < detail["live_bytes"] <= out["peak_bytes_per_device"] == detail["compiler_peak_bytes"]
+    assert set(top[0]) == {"name", "shape", "dtype", "memory_space", "allocated_bytes", "logical_bytes", "padding_bytes"}
+    assert "buffers live at the compiler's peak" in captured.err and top[0]["name"] in captured.err

@@ -12,6 +12,10 @@ presents to JAX, and prints one JSON line (docs/design.md, "TPU AOT"):
   (metrics.flops_per_token's formula: cost_analysis counts a scanned layer once and leaves
   Pallas kernels out).
 
+With --memory-detail, a "peak_buffers" object (`memory_detail`: the largest buffers live at the
+compiler's peak in HBM with shape, layout and tile padding, and their totals) and a table on
+stderr.
+
 With --cost, a "cost" object (step_cost: FLOPs, HBM bytes, collective bytes, host offload and
 a roofline step time per device, an estimate) and a short table on stderr.
 
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from easylemur.errors import InputError, add_debug_flag
+from easylemur.train.peak_buffers import compiler_peak_bytes_of, memory_detail, memory_detail_table
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -159,20 +164,17 @@ def hbm_capacity(devices: list) -> Optional[float]:
 def compiler_peak_bytes(dump_dir: str, module: str = "jit_step") -> Optional[int]:
     """The TPU compiler's peak for the compiled module: "Total bytes" of the memory-usage
     report it writes with xla_dump_to."""
-    totals = []
-    for path in glob.glob(f"{dump_dir}/*{module}*memory-usage-report*.txt"):
-        m = re.search(r"Total bytes: (\d+)", open(path).read())
-        if m:
-            totals.append(int(m.group(1)))
-    return max(totals) if totals else None
+    totals = [compiler_peak_bytes_of(open(path).read()) for path in glob.glob(f"{dump_dir}/*{module}*memory-usage-report*.txt")]
+    return max((t for t in totals if t is not None), default=None)
 
 
 def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, accelerator: Optional[str] = None,
-                         cost: bool = False, num_slices: Optional[int] = None) -> dict:
+                         cost: bool = False, num_slices: Optional[int] = None, detail: bool = False) -> dict:
     """Compiles the train step `train` would run for `cfg` (same model config resolution,
     same step builder) for `topology` as a TPU VM presents it, and reports its memory against
-    the device's HBM; with `cost`, also the step's estimated cost (`step_cost`). `num_slices`
-    slices of the topology (default: the mesh's dcn_data) make a multi-slice job."""
+    the device's HBM; with `cost`, also the step's estimated cost (`step_cost`); with `detail`,
+    the buffers live at the compiler's peak (`memory_detail`, also when the step does not fit).
+    `num_slices` slices of the topology (default: the mesh's dcn_data) make a multi-slice job."""
     from easylemur import sharding
     from easylemur.train.metrics import flops_per_token
     from easylemur.train.step import build_train_step
@@ -202,8 +204,10 @@ def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, 
             cap = cap or hbm
             return {**result, "peak_bytes_per_device": used, "hbm_bytes_per_device": cap,
                     "headroom": 1 - used / cap if used and cap else None, "fits": False,
-                    "error": text.splitlines()[0][:300]}
+                    "error": text.splitlines()[0][:300],
+                    **({"peak_buffers": memory_detail(dump)} if detail else {})}
         peak = compiler_peak_bytes(dump)
+        buffers = memory_detail(dump) if detail else None
     mem = compiled.memory_analysis()
     analysis = {k: int(getattr(mem, f"{k}_size_in_bytes", 0)) for k in ("argument", "output", "alias", "temp", "generated_code")}
     analysis["sum"] = (analysis["argument"] + analysis["output"] - analysis["alias"] + analysis["temp"]
@@ -212,6 +216,8 @@ def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, 
     # (handled above) when the program does not fit.
     result = {**result, "peak_bytes_per_device": peak, "hbm_bytes_per_device": hbm,
               "headroom": 1 - peak / hbm if peak and hbm else None, "fits": True, "memory_analysis": analysis}
+    if detail:
+        result["peak_buffers"] = buffers
     if cost:
         result["cost"] = step_cost(cfg, model_cfg, mesh, compiled, topology.split(":")[0], B, T)
     return result
@@ -383,6 +389,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--num-slices", type=int, default=None,
                         help="compile for that many slices of the accelerator joined by the data-center network (a "
                         "multi-slice job; default: the mesh's dcn_data, e.g. --config.mesh=dcn_data:2,fsdp:-1)")
+    parser.add_argument("--memory-detail", action="store_true",
+                        help="also list the buffers live at the compiler's peak in HBM (the largest 25, with shape, "
+                        "layout and tile padding) and their totals; adds a 'peak_buffers' object and a table on stderr")
     add_debug_flag(parser)
     args, cfg = cli_config(parser, argv)
     if args.num_slices is not None and args.num_slices < 1:
@@ -395,13 +404,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         topology, chip_config = args.topology, args.chip_config
     try:
         result = compile_for_topology(cfg, topology, chip_config, args.accelerator, cost=args.cost,
-                                      num_slices=args.num_slices)
+                                      num_slices=args.num_slices, detail=args.memory_detail)
     except InputError:
         raise
     except Exception as e:
         if "topology" in str(e).lower() or "libtpu" in str(e).lower() or "tpu" in type(e).__name__.lower():
             raise InputError(f"cannot compile for topology {topology!r}: {e}") from e
         raise
+    if "peak_buffers" in result:
+        print(memory_detail_table(result["peak_buffers"]), file=sys.stderr, flush=True)
     if "cost" in result:
         print(cost_table(result), file=sys.stderr, flush=True)
     print(json.dumps(result), flush=True)
