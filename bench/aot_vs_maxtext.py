@@ -1,20 +1,30 @@
-"""Lemur-70B on a TPU v4-512, easylemur against MaxText, as the TPU compiler sees them: both
-compiled ahead of time on this CPU through libtpu for the devices a v4-512 VM presents (256
-megacore devices of 30.75 GiB), at fsdp 256 and at fsdp 64 x tensor 4.
+"""Lemur-70B on a TPU v4-512 (or a v5p-256), easylemur against MaxText, as the TPU compiler sees
+them: both compiled ahead of time on this CPU through libtpu for the devices a VM of that type
+presents (v4-512: 256 megacore devices of 30.75 GiB; v5p-256: 128 of 95.74 GiB), at pure fsdp
+over every device (fsdp 256; fsdp 128) and at fsdp x tensor 4 (fsdp 64 x tensor 4; fsdp 32 x
+tensor 4).
 
-    python bench/aot_vs_maxtext.py [--maxtext-venv DIR] [--python PYTHON3.12] [--meshes fsdp,tp4]
-        [--easylemur-remat config,full] [--cost [--cost-meshes fsdp]] [--keep-dumps DIR]
+    python bench/aot_vs_maxtext.py [--accelerator v4-512|v5p-256] [--maxtext-venv DIR]
+        [--python PYTHON3.12] [--meshes fsdp,tp4] [--easylemur-remat config,full]
+        [--cost [--cost-meshes fsdp]] [--keep-dumps DIR]
+
+`--accelerator` (gcloud's name, v4-N or v5p-N: N/2 megacore devices; default v4-512) sets what
+both sides compile for, with the same work, the config's 512 rows of 4096 tokens: easylemur
+with `--accelerator` of that name, MaxText with compile_topology of that name and
+per_device_batch_size = 512 / devices (v4-512: 2, v5p-256: 4).
 
 MaxText comes from PyPI (`maxtext`, which needs Python >= 3.12 and declares no dependencies
 outside extras) in a venv of its own, created on first use with a Python 3.12 found as
 `find_python` says: maxtext --no-deps, then jax[tpu] and the packages its imports ask for.
 Its llama2-70b is compiled with `train_compile`
-(compile_topology=v4-512, per_device_batch_size=2, max_target_length=4096, attention=flash, i.e.
+(compile_topology=v4-512, per_device_batch_size=2 (v5p-256: 4), max_target_length=4096, attention=flash, i.e.
 splash attention, dataset_type=synthetic) twice: with its default remat_policy=full, and with
 remat_policy=custom decoder_layer_input=offload, the host offload easylemur's config uses;
 easylemur's with
 `python -m easylemur.aot --config configs/lemur_70b_pretrain.py --accelerator v4-512` (the
-same 512 rows of 4096, fp32 parameters and Adam moments, bf16 compute).
+same 512 rows of 4096, fp32 parameters and Adam moments, bf16 compute). The HBM a headroom is
+taken against is the one easylemur.aot reports (`hbm_bytes_per_device`: the compiler's own
+figure), else ACCELERATOR_HBM's.
 
 The figure compared is each compiler's peak per device: "Total bytes" of the memory-usage
 report the TPU compiler writes with xla_dump_to, which is what it checks against HBM.
@@ -36,7 +46,7 @@ corrected for the layer scan by the same fit as easylemur's, MaxText compiled un
 (`scan_layers=false base_num_decoder_layers=1`, then 2): cost(L) = fixed + per_layer x 80, for
 the remat settings in `--fit-remat` (others show the raw, layer-once figures, labelled); the
 FLOPs of the roofline are the model's (easylemur's `flops_per_token`: the same Llama-2-70B,
-the same tokens), with the same chip constants (hlo_cost.CHIPS["v4"]).
+the same tokens), with the same chip constants (hlo_cost.CHIPS["v4"], or ["v5p"]).
 """
 
 from __future__ import annotations
@@ -57,14 +67,48 @@ sys.path.insert(0, str(ROOT))
 from easylemur.train import hlo_cost  # noqa: E402  (the parsing and roofline easylemur.aot --cost uses)
 
 GiB = 2**30
-HBM = 30.75 * GiB  # a v4 megacore device, as the compiler states it (easylemur.aot asks it)
-MESHES = {"fsdp": ("data:1,fsdp:-1,tensor:1", ["ici_fsdp_parallelism=-1"]),
-          "tp4": ("data:1,fsdp:64,tensor:4", ["ici_fsdp_parallelism=64", "ici_tensor_parallelism=4"])}
-# MaxText's mesh without its size-1 axes, in its order (data, stage, fsdp, ..., tensor, ...):
-# a replica group's device ids index the mesh's devices in that order (hlo_cost.group_axes)
-MAXTEXT_MESH_SHAPE = {"fsdp": {"fsdp": 256}, "tp4": {"fsdp": 64, "tensor": 4}}
-NUM_LAYERS, ROWS, SEQ = 80, 512, 4096  # llama2-70b; per_device_batch_size=2 x 256 devices
-PLATFORM = "v4"
+# The HBM per megacore device, used only when easylemur.aot's result lacks its own
+# `hbm_bytes_per_device` (which it asks of the TPU compiler: easylemur.train.aot.hbm_capacity):
+# the compiler's figures as tests/test_aot.py (v4: 30.75 GiB) and docs/design.md's accelerator
+# table (v5p: 95.74 GiB) record them.
+ACCELERATOR_HBM = {"v4": 30.75 * GiB, "v5p": 95.74 * GiB}
+NUM_LAYERS, ROWS, SEQ = 80, 512, 4096  # llama2-70b; configs/lemur_70b_pretrain.py's batch (512 rows of 4096)
+
+
+class Accelerator:
+    """What a TPU VM of gcloud's type `name` (v4-N, v5p-N) presents to JAX and the compilers:
+    N/2 megacore devices (easylemur.train.aot.accelerator_topology: v4 and v5p count two
+    TensorCores per chip in N, and a VM runs each chip as one megacore device), `platform` the
+    key of hlo_cost.CHIPS (and libtpu's platform name), ROWS / devices rows on each device (the
+    same work on every accelerator), and the meshes compared:
+      fsdp: pure fsdp over every device;
+      tp4: tensor 4 x fsdp devices / 4 (fsdp 64 x tensor 4 on 256 devices, 32 x 4 on 128).
+    For each: easylemur's mesh, MaxText's ici_* arguments, MaxText's mesh without its size-1 axes
+    in its order (data, stage, fsdp, ..., tensor, ...: a replica group's device ids index the
+    mesh's devices in that order, hlo_cost.group_axes), and the label printed."""
+
+    def __init__(self, name: str):
+        m = re.fullmatch(r"(v4|v5p)-(\d+)", name.strip())
+        if not m:
+            raise ValueError(f"--accelerator {name!r}: expected v4-N or v5p-N (e.g. v4-512, v5p-256)")
+        self.name, self.platform, self.devices = m.group(0), m.group(1), int(m.group(2)) // 2
+        if self.platform not in hlo_cost.CHIPS:
+            raise ValueError(f"--accelerator {name}: no chip constants for {self.platform} in hlo_cost.CHIPS")
+        if int(m.group(2)) % 2:
+            raise ValueError(f"--accelerator {name}: {self.platform} types count two TensorCores per chip (an even N)")
+        if not self.devices or ROWS % self.devices:
+            raise ValueError(f"--accelerator {name}: its {self.devices} devices do not split {ROWS} rows evenly")
+        self.rows_per_device = ROWS // self.devices
+        self.hbm = ACCELERATOR_HBM[self.platform]
+        fsdp = self.devices // 4
+        self.meshes = {
+            "fsdp": ("data:1,fsdp:-1,tensor:1", ["ici_fsdp_parallelism=-1"], {"fsdp": self.devices},
+                     f"fsdp {self.devices}"),
+            "tp4": (f"data:1,fsdp:{fsdp},tensor:4", [f"ici_fsdp_parallelism={fsdp}", "ici_tensor_parallelism=4"],
+                    {"fsdp": fsdp, "tensor": 4}, f"fsdp {fsdp} x tp 4"),
+        }
+        if self.devices % 4:
+            del self.meshes["tp4"]
 KEEP = ("memory-usage-report", "buffer-assignment", "live-range", "after_optimizations.txt")
 MAXTEXT_PACKAGES = ["jax[tpu]==0.11.1", "flax", "optax", "orbax-checkpoint", "grain", "omegaconf", "pydantic",
                     "tensorboardX", "sentencepiece", "tiktoken", "datasets", "transformers", "jsonlines",
@@ -132,12 +176,12 @@ def _env(xla_flags: str) -> dict:
     return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
-def _maxtext_cmd(py: Path, args: list[str], out_dir: str) -> list[str]:
+def _maxtext_cmd(py: Path, acc: Accelerator, args: list[str], out_dir: str) -> list[str]:
     base = subprocess.run([py, "-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     return [str(py), "-m", "maxtext.trainers.pre_train.train_compile", f"{base}/configs/base.yml",
-            "compile_topology=v4-512", "compile_topology_num_slices=1", "model_name=llama2-70b",
-            "per_device_batch_size=2", "max_target_length=4096", "attention=flash",
+            f"compile_topology={acc.name}", "compile_topology_num_slices=1", "model_name=llama2-70b",
+            f"per_device_batch_size={acc.rows_per_device}", f"max_target_length={SEQ}", "attention=flash",
             "dataset_type=synthetic", "base_output_directory=" + out_dir, "run_name=aot", *args]
 
 
@@ -165,12 +209,13 @@ def keep_dump(dump: str, dest: str | None) -> None:
                 shutil.copy(path, dest)
 
 
-def run_maxtext(py: Path, mesh_args: list[str], mesh_shape: dict | None = None, keep: str | None = None) -> dict:
+def run_maxtext(py: Path, acc: Accelerator, mesh_args: list[str], mesh_shape: dict | None = None,
+                keep: str | None = None) -> dict:
     """MaxText's step compiled for the pod: peak, memory_analysis sum; with `mesh_shape`, what
     the cost needs from this compile (collectives and host offload from its HLO, XLA's raw
     cost_analysis)."""
     dump = tempfile.mkdtemp(prefix="maxtext-aot-")
-    p = subprocess.run(_maxtext_cmd(py, mesh_args, dump), env=_env(f"--xla_dump_to={dump}"), capture_output=True, text=True,
+    p = subprocess.run(_maxtext_cmd(py, acc, mesh_args, dump), env=_env(f"--xla_dump_to={dump}"), capture_output=True, text=True,
                        cwd=tempfile.gettempdir())
     try:
         out = {"peak": compiler_peak(dump), "ok": p.returncode == 0}
@@ -186,7 +231,7 @@ def run_maxtext(py: Path, mesh_args: list[str], mesh_shape: dict | None = None, 
             text = Path(hlo).read_text()
             out["collectives"] = hlo_cost.collective_bytes(text, mesh_shape)
             out["host"] = hlo_cost.host_transfer_bytes(text)
-            out["overlap"] = hlo_cost.collective_overlap(text, mesh_shape, hlo_cost.CHIPS[PLATFORM])
+            out["overlap"] = hlo_cost.collective_overlap(text, mesh_shape, hlo_cost.CHIPS[acc.platform])
         out["xla_raw"] = _xla_cost(p.stdout + p.stderr)
         keep_dump(dump, keep)
         return out
@@ -194,7 +239,7 @@ def run_maxtext(py: Path, mesh_args: list[str], mesh_shape: dict | None = None, 
         shutil.rmtree(dump, ignore_errors=True)
 
 
-def maxtext_layer_fit(py: Path, args: list[str]) -> dict | None:
+def maxtext_layer_fit(py: Path, acc: Accelerator, args: list[str]) -> dict | None:
     """XLA's cost_analysis of MaxText's step unscanned with 1 and 2 decoder layers:
     cost(L) = fixed + per_layer x L at L = 80 (easylemur.train.aot.per_layer_fit's method)."""
     costs = []
@@ -202,7 +247,7 @@ def maxtext_layer_fit(py: Path, args: list[str]) -> dict | None:
         out_dir = tempfile.mkdtemp(prefix="maxtext-fit-")
         try:
             unscanned = ["scan_layers=false", "override_model_config=true", f"base_num_decoder_layers={layers}"]
-            p = subprocess.run(_maxtext_cmd(py, args + unscanned, out_dir), env=_env(""), capture_output=True,
+            p = subprocess.run(_maxtext_cmd(py, acc, args + unscanned, out_dir), env=_env(""), capture_output=True,
                                text=True, cwd=tempfile.gettempdir())
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -221,7 +266,7 @@ def maxtext_layer_fit(py: Path, args: list[str]) -> dict | None:
     return fit
 
 
-def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float) -> dict | None:
+def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float, platform: str) -> dict | None:
     """MaxText's step cost in the shape of easylemur.aot's `cost` object (the keys the table
     reads), from its HLO (collectives, host offload), XLA's figures (fit, else raw) and the
     model's FLOPs, with hlo_cost's roofline and chip constants."""
@@ -234,7 +279,7 @@ def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float) -> dict |
     else:
         hbm, method = raw.get("bytes accessed", 0.0), "RAW cost_analysis (layer loop once, no fit)"
         xla_flops = raw.get("flops", 0.0)
-    chip = hlo_cost.CHIPS[PLATFORM]
+    chip = hlo_cost.CHIPS[platform]
     roof = hlo_cost.roofline(flops_per_device, hbm, coll["total_bytes"], chip, ROWS * SEQ)
     offload = host["to_host"] + host["from_host"]
     overlap = res["overlap"]  # the same schedule reading as easylemur.aot's (hlo_cost.collective_overlap)
@@ -280,14 +325,14 @@ def versions(python: str) -> str:
     return f"jax {jax_v}, libtpu {libtpu_v}" if p.returncode == 0 else "?"
 
 
-def run_easylemur(mesh: str, remat: str = "config", cost: bool = False, keep: str | None = None,
+def run_easylemur(acc: Accelerator, mesh: str, remat: str = "config", cost: bool = False, keep: str | None = None,
                   python: str | None = None) -> dict:
     """easylemur.aot's result; `python`: another environment's interpreter (its jax and libtpu),
     easylemur imported from this checkout."""
     env = _env("")
     if python:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    args = ["--config", "configs/lemur_70b_pretrain.py", "--accelerator", "v4-512", f"--config.mesh={mesh}"]
+    args = ["--config", "configs/lemur_70b_pretrain.py", "--accelerator", acc.name, f"--config.mesh={mesh}"]
     args += [] if remat == "config" else [f"--config.model.remat={remat}"]
     args += ["--cost"] if cost else []
     python = python or sys.executable
@@ -303,7 +348,7 @@ def run_easylemur(mesh: str, remat: str = "config", cost: bool = False, keep: st
                 shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
     return {"ok": r["fits"], "peak": r["peak_bytes_per_device"], "analysis_sum": r.get("memory_analysis", {}).get("sum"),
             "attention": r["attention"], "remat": r["remat"], "cost": r.get("cost"),
-            "flops_per_device": r.get("flops_per_device_per_step")}
+            "flops_per_device": r.get("flops_per_device_per_step"), "hbm": r.get("hbm_bytes_per_device")}
 
 
 def _note(what: str, res: dict) -> dict:
@@ -351,18 +396,20 @@ def _gib(x):
     return f"{x / GiB:.2f}" if x else "-"
 
 
-def memory_table(rows: list[dict], py: Path) -> None:
-    """The memory rows: peak per device, memory_analysis sum, HBM free."""
+def memory_table(rows: list[dict], py: Path, acc: Accelerator) -> None:
+    """The memory rows: peak per device, memory_analysis sum, HBM free (of the HBM easylemur.aot
+    reports, the compiler's own figure; else ACCELERATOR_HBM's)."""
+    hbm = next((res["hbm"] for r in rows for res in r["easylemur"].values() if res.get("hbm")), acc.hbm)
     print(f"easylemur: {versions(sys.executable)}; MaxText: {versions(str(py))} (also easylemur's rows marked *)")
     print(f"{'system':10} {'mesh':14} {'attention, remat':28} {'peak GiB':>9} {'analysis sum':>13} {'headroom':>9}")
     for r in rows:
-        mesh = "fsdp 256" if r["mesh"] == "fsdp" else "fsdp 64 x tp 4"
+        mesh = acc.meshes[r["mesh"]][3]
         entries = [("easylemur" + ("*" if "@" in k else ""), res, f"{res.get('attention')}, {res.get('remat')}")
                    for k, res in r["easylemur"].items()]
         entries += [("MaxText", r["maxtext"]["full"], "splash, full"),
                     ("MaxText", r["maxtext"]["offload"], "splash, input offload")]
         for system, res, attn in entries:
-            head = f"{1 - res['peak'] / HBM:.1%}" if res.get("peak") else "-"
+            head = f"{1 - res['peak'] / hbm:.1%}" if res.get("peak") else "-"
             print(f"{system:10} {mesh:14} {attn:28} {_gib(res.get('peak')):>9} {_gib(res.get('analysis_sum')):>13} {head:>9}"
                   + ("" if res.get("ok") else f"  (failed: {res.get('error', '')[:80]})"))
     sys.stdout.flush()
@@ -370,11 +417,17 @@ def memory_table(rows: list[dict], py: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--accelerator", default="v4-512",
+                    help="what both compile for, gcloud's name: v4-512 (256 megacore devices, 2 rows each) or v5p-256 "
+                         "(128 devices, 4 rows each); v4-N, v5p-N: N/2 devices, 512 / (N/2) rows each")
     ap.add_argument("--maxtext-venv", default=str(ROOT / "bench" / ".venv-maxtext"),
                     help="MaxText's own venv (created if missing)")
     ap.add_argument("--python", default=None,
                     help="a Python 3.12 for MaxText's venv (default: pyenv's 3.12, else python3.12 on PATH)")
-    ap.add_argument("--meshes", default="fsdp,tp4", help="which of fsdp (fsdp 256) and tp4 (fsdp 64 x tensor 4)")
+    ap.add_argument("--meshes", default="fsdp,tp4",
+                    help="which of fsdp (fsdp over every device: 256 on v4-512, 128 on v5p-256) and tp4 (tensor 4 x "
+                         "fsdp devices/4: fsdp 64 x tensor 4 on v4-512, fsdp 32 x tensor 4 on v5p-256; MaxText's "
+                         "ici_fsdp_parallelism the same)")
     ap.add_argument("--easylemur-remat", default="config",
                     help="easylemur rows: 'config' (the config's remat, full_offload) and/or remat values, e.g. config,full")
     ap.add_argument("--same-compiler", action="store_true",
@@ -386,6 +439,13 @@ def main() -> int:
                     help="with --cost: the MaxText remat settings (full, offload) whose HBM bytes get the 1-/2-layer fit")
     ap.add_argument("--keep-dumps", default=None, help="keep each compile's memory reports and optimized HLO here")
     args = ap.parse_args()
+    try:
+        acc = Accelerator(args.accelerator)
+    except ValueError as e:
+        ap.error(str(e))
+    unknown = [m for m in args.meshes.split(",") if m not in acc.meshes]
+    if unknown:
+        ap.error(f"--meshes {','.join(unknown)}: not a mesh of {acc.name} (its meshes: {', '.join(acc.meshes)})")
     args.python = args.python or find_python("3.12")
     if not args.python:
         print("error: no Python 3.12 that runs (pyenv install 3.12, or --python PATH)", file=sys.stderr)
@@ -397,36 +457,36 @@ def main() -> int:
     # memory first, for every mesh (its table printed as soon as it is known), then the cost
     rows = []
     for name in args.meshes.split(","):
-        mesh, mt_args = MESHES[name]
-        el = {remat: _note(f"{name} easylemur {remat}", run_easylemur(mesh, remat, keep=keep(f"{name}-easylemur-{remat}")))
+        mesh, mt_args, mt_shape, _ = acc.meshes[name]
+        el = {remat: _note(f"{name} easylemur {remat}", run_easylemur(acc, mesh, remat, keep=keep(f"{name}-easylemur-{remat}")))
               for remat in args.easylemur_remat.split(",")}
         if args.same_compiler:
             el["config@maxtext-venv"] = _note(f"{name} easylemur, MaxText's compiler", run_easylemur(
-                mesh, "config", keep=keep(f"{name}-easylemur-config-maxtext-venv"), python=str(py)))
+                acc, mesh, "config", keep=keep(f"{name}-easylemur-config-maxtext-venv"), python=str(py)))
         mt = {remat: _note(f"{name} MaxText {remat}", run_maxtext(
-                  py, mt_args + extra, MAXTEXT_MESH_SHAPE[name] if name in cost_meshes else None,
+                  py, acc, mt_args + extra, mt_shape if name in cost_meshes else None,
                   keep(f"{name}-maxtext-{remat}")))
               for remat, extra in MAXTEXT_REMAT.items()}
         rows.append({"mesh": name, "easylemur": el, "maxtext": mt})
-    memory_table(rows, py)
+    memory_table(rows, py, acc)
     for r in rows:
         if r["mesh"] not in cost_meshes:
             continue
-        mesh, mt_args = MESHES[r["mesh"]]
+        mesh, mt_args, _, _ = acc.meshes[r["mesh"]]
         # easylemur's cost is easylemur.aot --cost's own (its step compiled again, and its layer fit)
-        with_cost = _note(f"{r['mesh']} easylemur --cost", run_easylemur(mesh, cost=True))
+        with_cost = _note(f"{r['mesh']} easylemur --cost", run_easylemur(acc, mesh, cost=True))
         r["easylemur"].setdefault("config", {})["cost"] = with_cost.get("cost")
         flops = next((e["flops_per_device"] for e in r["easylemur"].values() if e.get("flops_per_device")), None)
         for remat, extra in MAXTEXT_REMAT.items():
-            fit = maxtext_layer_fit(py, mt_args + extra) if remat in fit_remats else None
-            r["maxtext"][remat]["cost"] = maxtext_cost(r["maxtext"][remat], fit, flops) if flops else None
+            fit = maxtext_layer_fit(py, acc, mt_args + extra) if remat in fit_remats else None
+            r["maxtext"][remat]["cost"] = maxtext_cost(r["maxtext"][remat], fit, flops, acc.platform) if flops else None
 
     if args.cost:
         for r in rows:
-            mesh = "fsdp 256" if r["mesh"] == "fsdp" else "fsdp 64 x tp 4"
+            mesh = acc.meshes[r["mesh"]][3]
             cols = [(f"easylemur {res.get('remat')}, {mesh}", res["cost"]) for res in r["easylemur"].values() if res.get("cost")]
             cols += [(f"MaxText {remat}, {mesh}", res["cost"]) for remat, res in r["maxtext"].items() if res.get("cost")]
-            print(f"\nstep cost per device per step, v4-512, {mesh} (an ESTIMATE: roofline, no overlap modelled)")
+            print(f"\nstep cost per device per step, {acc.name}, {mesh} (an ESTIMATE: roofline, no overlap modelled)")
             print(cost_rows(cols))
     summary = {}
     for r in rows:
