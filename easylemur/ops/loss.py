@@ -149,11 +149,13 @@ def _fused_fwd(hidden, head, targets, w, z_loss, chunk, mesh):
     # which halves those bytes on the wire.
     dw_dtype = dt if accelerated else jnp.float32
     # With rows split P ways and more than one chunk, each device sums its own rows' head
-    # gradient over the chunks in float32, P partial sums side by side ([P, d, V], one per
-    # device), and the batch reduction runs once after the last chunk: constraining each
-    # chunk's sum to the head's sharding reduce-scattered it once per chunk (Llama-2-70B at
-    # fsdp 256, 4 chunks: 4 x 1.04 GB on the wire where one does). The head is gathered over
-    # fsdp once, before the chunks, rather than in each (4 x 0.52 GB).
+    # gradient over the chunks, P partial sums side by side ([P, d, V], one per device), and
+    # the batch reduction runs once after the last chunk: constraining each chunk's sum to the
+    # head's sharding reduce-scattered it once per chunk (Llama-2-70B at fsdp 256, 4 chunks:
+    # 4 x 1.04 GB on the wire where one does). The partial sums are in dw_dtype, as each
+    # chunk's reduced sum was: float32 ones were a [d, V] float32 array per device during the
+    # loss (Llama-3.1-70B, vocab 128256: 3.9 GiB; its peak rose 8.73 -> 10.34 GiB). The head
+    # is gathered over fsdp once, before the chunks, rather than in each (4 x 0.52 GB).
     P = batch_shards(B, mesh)
     defer = P > 1 and T // chunk > 1
     if mesh is not None and mesh.shape.get("fsdp", 1) > 1:
@@ -176,17 +178,17 @@ def _fused_fwd(hidden, head, targets, w, z_loss, chunk, mesh):
         # [P, rows, d] x [P, rows, V] -> [P, d, V]: a batched matmul over P, no communication
         hp, gp = h.reshape(P, -1, d), g.reshape(P, -1, V)
         hp, gp = constrain(hp, ("batch", None, None), mesh), constrain(gp, ("batch", None, "act_vocab"), mesh)
-        dw = jax.lax.dot_general(hp, gp, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32)
+        dw = jax.lax.dot_general(hp, gp, (((1,), (1,)), ((0,), (0,))), preferred_element_type=dw_dtype)
         return constrain(acc + dw, ("batch", None, "vocab"), mesh), (loss, dh)
 
     xs = (_chunks(hidden, chunk), _chunks(targets, chunk), _chunks(w, chunk))
     if defer:
-        init = constrain(jnp.zeros((P, d, V), jnp.float32), ("batch", None, "vocab"), mesh)
+        init = constrain(jnp.zeros((P, d, V), dw_dtype), ("batch", None, "vocab"), mesh)
         acc, (losses, dh) = jax.lax.scan(deferred_body, init, xs)
-        dhead = constrain(jnp.sum(acc.astype(dw_dtype), axis=0), ("embed", "vocab"), mesh)
+        dhead = constrain(jnp.sum(acc, axis=0), ("embed", "vocab"), mesh)
         # the reduction before the layers' backward starts (dh is its input): left to itself the
         # TPU compiler reduced it last, holding the [P, d, V] partials through the whole backward
-        # (Llama-2-70B at fsdp 256: 1.05 GB more at the peak)
+        # (Llama-2-70B at fsdp 256, float32 partials: 1.05 GB more at the peak)
         dhead, dh = jax.lax.optimization_barrier((dhead, dh))
     else:
         init = constrain(jnp.zeros(head.shape, jnp.float32), ("embed", "vocab"), mesh)
