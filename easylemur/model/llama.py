@@ -330,6 +330,16 @@ class Dense(nn.Module):
         return y
 
 
+def gathered_over_tensor(x: jax.Array, mesh: Optional[Mesh]) -> jax.Array:
+    """The residual stream's [B, T, d] gathered over `tensor` once, before the projections that
+    read it (q, k, v; gate, up): each projection gathered it for itself, and in the backward
+    reduce-scattered its own input gradient, where one reduce-scatter of their sum does (the
+    transpose of one gather)."""
+    if mesh is None or mesh.shape.get("tensor", 1) == 1:
+        return x
+    return constrain(x, ("batch", "length", None), mesh)
+
+
 def _dense(cfg: LlamaConfig, mesh: Optional[Mesh], features: tuple, logical: tuple, name: str, contract: int = 1,
            out_dtype=None, use_bias: bool = False) -> Dense:
     """A Dense in cfg's compute and parameter dtypes (a submodule of the module calling it),
@@ -363,6 +373,7 @@ class Attention(nn.Module):
         cfg = self.cfg
         H, KV, hd = cfg.num_heads, cfg.num_kv_heads, cfg.hd
         b = cfg.qkv_bias
+        x = gathered_over_tensor(x, self.mesh)
         q = _dense(cfg, self.mesh, (H, hd), ("embed", "heads", "head_dim"), "q_proj", use_bias=b)(x)
         k = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "k_proj", use_bias=b)(x)
         v = _dense(cfg, self.mesh, (KV, hd), ("embed", "kv_heads", "head_dim"), "v_proj", use_bias=b)(x)
@@ -411,6 +422,7 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.cfg
+        x = gathered_over_tensor(x, self.mesh)
         gate = _dense(cfg, self.mesh, (cfg.intermediate_size,), ("embed", "mlp"), "gate_proj")(x)
         up = _dense(cfg, self.mesh, (cfg.intermediate_size,), ("embed", "mlp"), "up_proj")(x)
         h = constrain(nn.silu(gate) * up, ("batch", "length", "act_mlp"), self.mesh)
