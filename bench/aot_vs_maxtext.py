@@ -24,7 +24,7 @@ easylemur's with
 `python -m easylemur.aot --config configs/lemur_70b_pretrain.py --accelerator v4-512` (the
 same 512 rows of 4096, fp32 parameters and Adam moments, bf16 compute). The HBM a headroom is
 taken against is the one easylemur.aot reports (`hbm_bytes_per_device`: the compiler's own
-figure), else ACCELERATOR_HBM's.
+figure).
 
 The figure compared is each compiler's peak per device: "Total bytes" of the memory-usage
 report the TPU compiler writes with xla_dump_to, which is what it checks against HBM.
@@ -67,11 +67,6 @@ sys.path.insert(0, str(ROOT))
 from easylemur.train import hlo_cost  # noqa: E402  (the parsing and roofline easylemur.aot --cost uses)
 
 GiB = 2**30
-# The HBM per megacore device, used only when easylemur.aot's result lacks its own
-# `hbm_bytes_per_device` (which it asks of the TPU compiler: easylemur.train.aot.hbm_capacity):
-# the compiler's figures as tests/test_aot.py (v4: 30.75 GiB) and docs/design.md's accelerator
-# table (v5p: 95.74 GiB) record them.
-ACCELERATOR_HBM = {"v4": 30.75 * GiB, "v5p": 95.74 * GiB}
 NUM_LAYERS, ROWS, SEQ = 80, 512, 4096  # llama2-70b; configs/lemur_70b_pretrain.py's batch (512 rows of 4096)
 
 
@@ -99,7 +94,6 @@ class Accelerator:
         if not self.devices or ROWS % self.devices:
             raise ValueError(f"--accelerator {name}: its {self.devices} devices do not split {ROWS} rows evenly")
         self.rows_per_device = ROWS // self.devices
-        self.hbm = ACCELERATOR_HBM[self.platform]
         fsdp = self.devices // 4
         self.meshes = {
             "fsdp": ("data:1,fsdp:-1,tensor:1", ["ici_fsdp_parallelism=-1"], {"fsdp": self.devices},
@@ -398,8 +392,8 @@ def _gib(x):
 
 def memory_table(rows: list[dict], py: Path, acc: Accelerator) -> None:
     """The memory rows: peak per device, memory_analysis sum, HBM free (of the HBM easylemur.aot
-    reports, the compiler's own figure; else ACCELERATOR_HBM's)."""
-    hbm = next((res["hbm"] for r in rows for res in r["easylemur"].values() if res.get("hbm")), acc.hbm)
+    reports, the compiler's own figure; no headroom where no easylemur compile gave one)."""
+    hbm = next((res["hbm"] for r in rows for res in r["easylemur"].values() if res.get("hbm")), None)
     print(f"easylemur: {versions(sys.executable)}; MaxText: {versions(str(py))} (also easylemur's rows marked *)")
     print(f"{'system':10} {'mesh':14} {'attention, remat':28} {'peak GiB':>9} {'analysis sum':>13} {'headroom':>9}")
     for r in rows:
@@ -409,7 +403,7 @@ def memory_table(rows: list[dict], py: Path, acc: Accelerator) -> None:
         entries += [("MaxText", r["maxtext"]["full"], "splash, full"),
                     ("MaxText", r["maxtext"]["offload"], "splash, input offload")]
         for system, res, attn in entries:
-            head = f"{1 - res['peak'] / hbm:.1%}" if res.get("peak") else "-"
+            head = f"{1 - res['peak'] / hbm:.1%}" if res.get("peak") and hbm else "-"
             print(f"{system:10} {mesh:14} {attn:28} {_gib(res.get('peak')):>9} {_gib(res.get('analysis_sum')):>13} {head:>9}"
                   + ("" if res.get("ok") else f"  (failed: {res.get('error', '')[:80]})"))
     sys.stdout.flush()

@@ -478,7 +478,8 @@ def test_peak_buffers_parses_the_live_range_and_buffer_assignment_reports(tmp_pa
     buffer-assignment size and layout; the host-offloaded one (S(5)) is listed apart; padding is
     allocated - logical: o_proj's shard laid out {3,2,1,0} has the 32-wide dimension minor,
     padded to 128 by the (8, 128) tiles, 320 MiB for 80 MiB, where {2,3,1,0} pads nothing."""
-    from easylemur.train.peak_buffers import HOST_MEMORY_SPACE, logical_bytes, memory_detail, peak_buffers
+    from easylemur.train.hlo_cost import HOST_SPACE
+    from easylemur.train.peak_buffers import logical_bytes, memory_detail, peak_buffers
 
     MiB = 2**20
     out = peak_buffers(_write_dump(tmp_path))
@@ -492,7 +493,7 @@ def test_peak_buffers_parses_the_live_range_and_buffer_assignment_reports(tmp_pa
     assert (by["fusion.480{}"]["dtype"], by["fusion.480{}"]["logical_bytes"], by["fusion.480{}"]["padding_bytes"]) \
         == ("tuple", 16, 496)  # a tuple: one pointer per element, as the live-range report counts it
     assert all(e["memory_space"] == 0 and e["allocated_bytes"] >= e["logical_bytes"] for e in out)
-    host = peak_buffers(str(tmp_path), memory_space=HOST_MEMORY_SPACE)
+    host = peak_buffers(str(tmp_path), memory_space=HOST_SPACE)
     assert [(e["name"], e["allocated_bytes"], e["padding_bytes"]) for e in host] == [("dynamic-update-slice.63{}", 10 * 2**30, 0)]
 
     detail = memory_detail(str(tmp_path), top=2)

@@ -29,9 +29,23 @@ from typing import Any, Optional
 
 import numpy as np
 
-_DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
-                "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
-_ARRAY = re.compile(r"\b(pred|[suf]\d+|bf16|c64|c128|f8\w*)\[([\d,]*)\](\{[^}]*\})?")
+# bits per element of XLA's primitive types (the f8/f4 float formats: the digit after f)
+_DTYPE_BITS = {"pred": 8, "s1": 1, "u1": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
+               "f16": 16, "bf16": 16, "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64, "f64": 64, "c64": 64,
+               "c128": 128, "token": 0}
+
+
+def dtype_bits(dtype: str) -> int:
+    """Bits per element of an XLA element type ('bf16' -> 16, 'f8e4m3fn' -> 8, 's4' -> 4)."""
+    if dtype in _DTYPE_BITS:
+        return _DTYPE_BITS[dtype]
+    m = re.fullmatch(r"f(\d)e\d+m\d+\w*", dtype)
+    if m:
+        return int(m.group(1))
+    raise ValueError(f"unknown XLA element type {dtype!r}")
+
+
+_ARRAY = re.compile(r"\b(pred|f\d+e\d+m\d+\w*|[suf]\d+|bf16|c64|c128)\[([\d,<=]*)\](\{[^}]*\})?")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%(\S+)\s*=\s*(.*)$")
 _COMP = re.compile(r"^(ENTRY\s+)?%(\S+)\s+\(.*->.*\{\s*$")
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
@@ -48,7 +62,7 @@ def array_shapes(shape: str) -> list[tuple[str, tuple[int, ...], int]]:
     out = []
     for m in _ARRAY.finditer(shape):
         dtype = m.group(1)
-        dims = tuple(int(d) for d in m.group(2).split(",") if d)
+        dims = tuple(int(d.lstrip("<=")) for d in m.group(2).split(",") if d)  # <=N: a bounded dynamic dim
         space = re.search(r"S\((\d+)\)", m.group(3) or "")
         out.append((dtype, dims, int(space.group(1)) if space else 0))
     return out
@@ -58,7 +72,7 @@ def shape_bytes(shape: str) -> float:
     """Logical bytes of an HLO shape (layout tiling padding not counted)."""
     total = 0.0
     for dtype, dims, _ in array_shapes(shape):
-        total += _DTYPE_BYTES.get(dtype, 1 if dtype.startswith("f8") else 4) * math.prod(dims)
+        total += dtype_bits(dtype) / 8 * math.prod(dims)
     return total
 
 
@@ -523,7 +537,7 @@ def _slice_bytes(ins: Instr) -> float:
     src = array_shapes(ins.shape)
     dtype = src[0][0] if src else "f32"
     if m:
-        return _DTYPE_BYTES.get(dtype, 4) * math.prod(int(x) for x in m.group(1).split(",") if x)
+        return dtype_bits(dtype) / 8 * math.prod(int(x) for x in m.group(1).split(",") if x)
     return shape_bytes(ins.shape)
 
 

@@ -11,25 +11,12 @@ import os
 import re
 from typing import Optional
 
-# bits per element of XLA's primitive types (tuples hold one 8-byte pointer per element)
-_DTYPE_BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16,
-               "bf16": 16, "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64, "f64": 64, "c64": 64, "c128": 128,
-               "token": 0}
-# memory spaces of TPU layouts (`S(n)`, the `@n` of a buffer-assignment value): 0 is the device's
-# HBM, whose "Total bytes" compiler_peak_bytes reads; XLA puts host-offloaded buffers in 5
-# (libtpu's memory-usage report names that space "cmem"); the others are on-chip memories
-# (VMEM, SMEM, CMEM) and semaphores, each with its own "Total bytes" in the report.
-HOST_MEMORY_SPACE = 5
+from easylemur.train.hlo_cost import HOST_SPACE, array_shapes, dtype_bits
+
+# A buffer-assignment value's `@n` is its memory space, `S(n)` in its layout: 0 is the device's
+# HBM (the space whose "Total bytes" is the compiler's peak), hlo_cost.HOST_SPACE holds host-
+# offloaded buffers, the others are on-chip memories (VMEM, SMEM, CMEM) and semaphores.
 _VALUE_LINE = re.compile(r"^ value: <\d+ (\S+?)(?: \(phi\))? @(\d+)> \(size=(\d+),offset=\d+\): (.+)$", re.M)
-
-
-def _dtype_bits(dtype: str) -> int:
-    if dtype in _DTYPE_BITS:
-        return _DTYPE_BITS[dtype]
-    m = re.fullmatch(r"f(\d)e\d+m\d+\w*", dtype)  # f8e4m3fn, f8e5m2, f4e2m1fn, ...
-    if m:
-        return int(m.group(1))
-    raise ValueError(f"unknown XLA element type {dtype!r}")
 
 
 def _tuple_arity(shape: str) -> int:
@@ -52,11 +39,11 @@ def logical_bytes(shape: str) -> int:
     shape = shape.strip()
     if shape.startswith("("):
         return 8 * _tuple_arity(shape)
-    m = re.match(r"(\w+)\[([^\]]*)\]", shape)
-    if not m:
+    arrays = array_shapes(shape)
+    if not arrays:
         raise ValueError(f"not an XLA shape: {shape!r}")
-    dims = [int(d.lstrip("<=")) for d in m.group(2).split(",") if d.strip()]
-    return -(-math.prod(dims) * _dtype_bits(m.group(1)) // 8)
+    dtype, dims, _ = arrays[0]
+    return -(-math.prod(dims) * dtype_bits(dtype) // 8)
 
 
 def parse_buffer_assignment(text: str) -> dict[str, tuple[int, int, str]]:
@@ -123,7 +110,7 @@ def _peak_entries(prefix: str) -> tuple[Optional[int], list[dict]]:
 
 def peak_buffers(dump_dir: str, module: str = "jit_step", memory_space: int = 0) -> list[dict]:
     """The buffers live at the TPU compiler's peak in device memory (HBM, memory space 0; pass
-    `memory_space` for another, e.g. HOST_MEMORY_SPACE), largest allocation first, read from the
+    `memory_space` for another, e.g. hlo_cost.HOST_SPACE), largest allocation first, read from the
     `xla_dump_to` dump of `module`: the live-range report names them, the buffer assignment
     gives each its memory space, allocated size and shape with layout.
 
@@ -161,7 +148,7 @@ def memory_detail(dump_dir: str, module: str = "jit_step", top: int = 25) -> Opt
         if e["memory_space"] != 0:
             o = others.setdefault(e["memory_space"], {"memory_space": e["memory_space"],
                                                       "report_name": names.get(e["memory_space"]),
-                                                      "host": e["memory_space"] == HOST_MEMORY_SPACE,
+                                                      "host": e["memory_space"] == HOST_SPACE,
                                                       "live_bytes": 0, "buffers": 0})
             o["live_bytes"] += e["allocated_bytes"]
             o["buffers"] += 1
