@@ -314,14 +314,16 @@ class Dense(nn.Module):
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
         if self.gather_mesh is not None:
             kernel = constrain(kernel, self.logical, self.gather_mesh, gathered_rules())
+        lead, n_in = x.shape[: x.ndim - self.contract], math.prod(in_shape)
         if jnp.dtype(self.dtype) == jnp.float32:
-            lhs = tuple(range(x.ndim - self.contract, x.ndim))
-            rhs = tuple(range(self.contract))
-            y = jax.lax.dot_general(x, kernel, ((lhs, rhs), ((), ())), preferred_element_type=jnp.float32)
+            # as [M, I] @ [I, O]: autodiff of the [B, T, I] form contracts two dimensions in the
+            # weight gradient, which XLA:CPU runs on a transposed copy of the output gradient
+            # that its loop fusions write column by column (docs/design.md, "Performance")
+            y = jax.lax.dot(x.reshape(-1, n_in), kernel.reshape(n_in, -1), preferred_element_type=jnp.float32)
+            y = y.reshape(*lead, *self.features)
             if bias is not None:
                 y = y + bias.astype(jnp.float32)
             return y.astype(out_dtype)
-        lead, n_in = x.shape[: x.ndim - self.contract], math.prod(in_shape)
         y = low_precision_matmul(x.reshape(-1, n_in), kernel.reshape(n_in, -1), jnp.dtype(out_dtype),
                                  jnp.dtype(self.weight_grad_dtype), self.transpose_for_cpu)
         y = y.reshape(*lead, *self.features)
