@@ -4,7 +4,8 @@ presents (v4-512: 256 megacore devices of 30.75 GiB; v5p-256: 128 of 95.74 GiB),
 over every device (fsdp 256; fsdp 128) and at fsdp x tensor 4 (fsdp 64 x tensor 4; fsdp 32 x
 tensor 4).
 
-    python bench/aot_vs_maxtext.py [--accelerator v4-512|v5p-256] [--maxtext-venv DIR]
+    python bench/aot_vs_maxtext.py [--accelerator v4-512|v5p-256] [--model llama2-70b|llama3.1-70b]
+        [--maxtext-venv DIR]
         [--python PYTHON3.12] [--meshes fsdp,tp4] [--easylemur-remat config,full]
         [--cost [--cost-meshes fsdp]] [--keep-dumps DIR]
 
@@ -12,6 +13,9 @@ tensor 4).
 both sides compile for, with the same work, the config's 512 rows of 4096 tokens: easylemur
 with `--accelerator` of that name, MaxText with compile_topology of that name and
 per_device_batch_size = 512 / devices (v4-512: 2, v5p-256: 4).
+`--model llama3.1-70b` compiles MaxText's llama3.1-70b against
+`configs/lemur_llama3_70b_pretrain.py` instead (its 256 rows of 8192 tokens; a 128K vocabulary,
+whose LM head easylemur's config computes in chunks and MaxText whole).
 
 MaxText comes from PyPI (`maxtext`, which needs Python >= 3.12 and declares no dependencies
 outside extras) in a venv of its own, created on first use with a Python 3.12 found as
@@ -67,14 +71,29 @@ sys.path.insert(0, str(ROOT))
 from easylemur.train import hlo_cost  # noqa: E402  (the parsing and roofline easylemur.aot --cost uses)
 
 GiB = 2**30
-NUM_LAYERS, ROWS, SEQ = 80, 512, 4096  # llama2-70b; configs/lemur_70b_pretrain.py's batch (512 rows of 4096)
+
+
+class Model:
+    """A model both sides compile: MaxText's model_name, the easylemur config of the same model
+    and its batch (rows of seq tokens: the same work on both sides), and its decoder layers."""
+
+    def __init__(self, name: str, config: str, layers: int, rows: int, seq: int):
+        self.name, self.config, self.layers, self.rows, self.seq = name, config, layers, rows, seq
+
+
+MODELS = {
+    "llama2-70b": Model("llama2-70b", "configs/lemur_70b_pretrain.py", 80, 512, 4096),
+    # a 128K vocabulary: easylemur's config chunks the LM head (loss_chunk 512); MaxText makes
+    # the whole [rows, 8192, 128256] logits
+    "llama3.1-70b": Model("llama3.1-70b", "configs/lemur_llama3_70b_pretrain.py", 80, 256, 8192),
+}
 
 
 class Accelerator:
     """What a TPU VM of gcloud's type `name` (v4-N, v5p-N) presents to JAX and the compilers:
     N/2 megacore devices (easylemur.train.aot.accelerator_topology: v4 and v5p count two
     TensorCores per chip in N, and a VM runs each chip as one megacore device), `platform` the
-    key of hlo_cost.CHIPS (and libtpu's platform name), ROWS / devices rows on each device (the
+    key of hlo_cost.CHIPS (and libtpu's platform name), `rows` / devices rows on each device (the
     same work on every accelerator), and the meshes compared:
       fsdp: pure fsdp over every device;
       tp4: tensor 4 x fsdp devices / 4 (fsdp 64 x tensor 4 on 256 devices, 32 x 4 on 128).
@@ -82,7 +101,7 @@ class Accelerator:
     in its order (data, stage, fsdp, ..., tensor, ...: a replica group's device ids index the
     mesh's devices in that order, hlo_cost.group_axes), and the label printed."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, rows: int):
         m = re.fullmatch(r"(v4|v5p)-(\d+)", name.strip())
         if not m:
             raise ValueError(f"--accelerator {name!r}: expected v4-N or v5p-N (e.g. v4-512, v5p-256)")
@@ -91,9 +110,9 @@ class Accelerator:
             raise ValueError(f"--accelerator {name}: no chip constants for {self.platform} in hlo_cost.CHIPS")
         if int(m.group(2)) % 2:
             raise ValueError(f"--accelerator {name}: {self.platform} types count two TensorCores per chip (an even N)")
-        if not self.devices or ROWS % self.devices:
-            raise ValueError(f"--accelerator {name}: its {self.devices} devices do not split {ROWS} rows evenly")
-        self.rows_per_device = ROWS // self.devices
+        if not self.devices or rows % self.devices:
+            raise ValueError(f"--accelerator {name}: its {self.devices} devices do not split {rows} rows evenly")
+        self.rows_per_device = rows // self.devices
         fsdp = self.devices // 4
         self.meshes = {
             "fsdp": ("data:1,fsdp:-1,tensor:1", ["ici_fsdp_parallelism=-1"], {"fsdp": self.devices},
@@ -170,12 +189,12 @@ def _env(xla_flags: str) -> dict:
     return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
-def _maxtext_cmd(py: Path, acc: Accelerator, args: list[str], out_dir: str) -> list[str]:
+def _maxtext_cmd(py: Path, acc: Accelerator, model: Model, args: list[str], out_dir: str) -> list[str]:
     base = subprocess.run([py, "-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     return [str(py), "-m", "maxtext.trainers.pre_train.train_compile", f"{base}/configs/base.yml",
-            f"compile_topology={acc.name}", "compile_topology_num_slices=1", "model_name=llama2-70b",
-            f"per_device_batch_size={acc.rows_per_device}", f"max_target_length={SEQ}", "attention=flash",
+            f"compile_topology={acc.name}", "compile_topology_num_slices=1", f"model_name={model.name}",
+            f"per_device_batch_size={acc.rows_per_device}", f"max_target_length={model.seq}", "attention=flash",
             "dataset_type=synthetic", "base_output_directory=" + out_dir, "run_name=aot", *args]
 
 
@@ -203,14 +222,14 @@ def keep_dump(dump: str, dest: str | None) -> None:
                 shutil.copy(path, dest)
 
 
-def run_maxtext(py: Path, acc: Accelerator, mesh_args: list[str], mesh_shape: dict | None = None,
+def run_maxtext(py: Path, acc: Accelerator, model: Model, mesh_args: list[str], mesh_shape: dict | None = None,
                 keep: str | None = None) -> dict:
     """MaxText's step compiled for the pod: peak, memory_analysis sum; with `mesh_shape`, what
     the cost needs from this compile (collectives and host offload from its HLO, XLA's raw
     cost_analysis)."""
     dump = tempfile.mkdtemp(prefix="maxtext-aot-")
-    p = subprocess.run(_maxtext_cmd(py, acc, mesh_args, dump), env=_env(f"--xla_dump_to={dump}"), capture_output=True, text=True,
-                       cwd=tempfile.gettempdir())
+    p = subprocess.run(_maxtext_cmd(py, acc, model, mesh_args, dump), env=_env(f"--xla_dump_to={dump}"),
+                       capture_output=True, text=True, cwd=tempfile.gettempdir())
     try:
         out = {"peak": compiler_peak(dump), "ok": p.returncode == 0}
         m = re.search(r"Memory analysis: (.*)", p.stdout + p.stderr)
@@ -233,15 +252,15 @@ def run_maxtext(py: Path, acc: Accelerator, mesh_args: list[str], mesh_shape: di
         shutil.rmtree(dump, ignore_errors=True)
 
 
-def maxtext_layer_fit(py: Path, acc: Accelerator, args: list[str]) -> dict | None:
+def maxtext_layer_fit(py: Path, acc: Accelerator, model: Model, args: list[str]) -> dict | None:
     """XLA's cost_analysis of MaxText's step unscanned with 1 and 2 decoder layers:
-    cost(L) = fixed + per_layer x L at L = 80 (easylemur.train.aot.per_layer_fit's method)."""
+    cost(L) = fixed + per_layer x L at the model's L (easylemur.train.aot.per_layer_fit's method)."""
     costs = []
     for layers in (1, 2):
         out_dir = tempfile.mkdtemp(prefix="maxtext-fit-")
         try:
             unscanned = ["scan_layers=false", "override_model_config=true", f"base_num_decoder_layers={layers}"]
-            p = subprocess.run(_maxtext_cmd(py, acc, args + unscanned, out_dir), env=_env(""), capture_output=True,
+            p = subprocess.run(_maxtext_cmd(py, acc, model, args + unscanned, out_dir), env=_env(""), capture_output=True,
                                text=True, cwd=tempfile.gettempdir())
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -256,14 +275,14 @@ def maxtext_layer_fit(py: Path, acc: Accelerator, args: list[str]) -> dict | Non
     for key in ("bytes accessed", "flops"):
         per_layer = costs[1][key] - costs[0][key]
         fixed = costs[0][key] - per_layer
-        fit[key] = {"fixed": fixed, "per_layer": per_layer, "at_num_layers": fixed + per_layer * NUM_LAYERS}
+        fit[key] = {"fixed": fixed, "per_layer": per_layer, "at_num_layers": fixed + per_layer * model.layers}
     return fit
 
 
-def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float, platform: str) -> dict | None:
+def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float, platform: str, tokens: int) -> dict | None:
     """MaxText's step cost in the shape of easylemur.aot's `cost` object (the keys the table
     reads), from its HLO (collectives, host offload), XLA's figures (fit, else raw) and the
-    model's FLOPs, with hlo_cost's roofline and chip constants."""
+    model's FLOPs, with hlo_cost's roofline and chip constants; `tokens` per step."""
     if "collectives" not in res:
         return None
     coll, host, raw = res["collectives"], res["host"], res.get("xla_raw") or {}
@@ -274,7 +293,7 @@ def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float, platform:
         hbm, method = raw.get("bytes accessed", 0.0), "RAW cost_analysis (layer loop once, no fit)"
         xla_flops = raw.get("flops", 0.0)
     chip = hlo_cost.CHIPS[platform]
-    roof = hlo_cost.roofline(flops_per_device, hbm, coll["total_bytes"], chip, ROWS * SEQ)
+    roof = hlo_cost.roofline(flops_per_device, hbm, coll["total_bytes"], chip, tokens)
     offload = host["to_host"] + host["from_host"]
     overlap = res["overlap"]  # the same schedule reading as easylemur.aot's (hlo_cost.collective_overlap)
     overlapped = max(roof["compute_s"], roof["hbm_s"]) + overlap["exposed_ici_s"]
@@ -286,7 +305,7 @@ def maxtext_cost(res: dict, fit: dict | None, flops_per_device: float, platform:
             "loops": coll["loops"], "unparsed_collectives": coll["unparsed_ops"],
             "host_offload_bytes_per_device": host,
             "host_bandwidth_needed": offload / roof["step_s_bound"] if roof["step_s_bound"] else None,
-            "tokens_per_step": ROWS * SEQ, **roof, "overlap": overlap, "step_s_overlap_estimate": overlapped,
+            "tokens_per_step": tokens, **roof, "overlap": overlap, "step_s_overlap_estimate": overlapped,
             "mfu_overlap_estimate": roof["compute_s"] / overlapped if overlapped else None}
 
 
@@ -319,14 +338,14 @@ def versions(python: str) -> str:
     return f"jax {jax_v}, libtpu {libtpu_v}" if p.returncode == 0 else "?"
 
 
-def run_easylemur(acc: Accelerator, mesh: str, remat: str = "config", cost: bool = False, keep: str | None = None,
+def run_easylemur(acc: Accelerator, model: Model, mesh: str, remat: str = "config", cost: bool = False, keep: str | None = None,
                   python: str | None = None) -> dict:
     """easylemur.aot's result; `python`: another environment's interpreter (its jax and libtpu),
     easylemur imported from this checkout."""
     env = _env("")
     if python:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    args = ["--config", "configs/lemur_70b_pretrain.py", "--accelerator", acc.name, f"--config.mesh={mesh}"]
+    args = ["--config", model.config, "--accelerator", acc.name, f"--config.mesh={mesh}"]
     args += [] if remat == "config" else [f"--config.model.remat={remat}"]
     args += ["--cost"] if cost else []
     python = python or sys.executable
@@ -414,6 +433,9 @@ def main() -> int:
     ap.add_argument("--accelerator", default="v4-512",
                     help="what both compile for, gcloud's name: v4-512 (256 megacore devices, 2 rows each) or v5p-256 "
                          "(128 devices, 4 rows each); v4-N, v5p-N: N/2 devices, 512 / (N/2) rows each")
+    ap.add_argument("--model", default="llama2-70b", choices=sorted(MODELS),
+                    help="llama2-70b (configs/lemur_70b_pretrain.py: 512 rows of 4096) or llama3.1-70b "
+                         "(configs/lemur_llama3_70b_pretrain.py: 256 rows of 8192); MaxText's model_name the same")
     ap.add_argument("--maxtext-venv", default=str(ROOT / "bench" / ".venv-maxtext"),
                     help="MaxText's own venv (created if missing)")
     ap.add_argument("--python", default=None,
@@ -434,7 +456,8 @@ def main() -> int:
     ap.add_argument("--keep-dumps", default=None, help="keep each compile's memory reports and optimized HLO here")
     args = ap.parse_args()
     try:
-        acc = Accelerator(args.accelerator)
+        model = MODELS[args.model]
+        acc = Accelerator(args.accelerator, model.rows)
     except ValueError as e:
         ap.error(str(e))
     unknown = [m for m in args.meshes.split(",") if m not in acc.meshes]
@@ -452,13 +475,14 @@ def main() -> int:
     rows = []
     for name in args.meshes.split(","):
         mesh, mt_args, mt_shape, _ = acc.meshes[name]
-        el = {remat: _note(f"{name} easylemur {remat}", run_easylemur(acc, mesh, remat, keep=keep(f"{name}-easylemur-{remat}")))
+        el = {remat: _note(f"{name} easylemur {remat}",
+                           run_easylemur(acc, model, mesh, remat, keep=keep(f"{name}-easylemur-{remat}")))
               for remat in args.easylemur_remat.split(",")}
         if args.same_compiler:
             el["config@maxtext-venv"] = _note(f"{name} easylemur, MaxText's compiler", run_easylemur(
-                acc, mesh, "config", keep=keep(f"{name}-easylemur-config-maxtext-venv"), python=str(py)))
+                acc, model, mesh, "config", keep=keep(f"{name}-easylemur-config-maxtext-venv"), python=str(py)))
         mt = {remat: _note(f"{name} MaxText {remat}", run_maxtext(
-                  py, acc, mt_args + extra, mt_shape if name in cost_meshes else None,
+                  py, acc, model, mt_args + extra, mt_shape if name in cost_meshes else None,
                   keep(f"{name}-maxtext-{remat}")))
               for remat, extra in MAXTEXT_REMAT.items()}
         rows.append({"mesh": name, "easylemur": el, "maxtext": mt})
@@ -468,19 +492,21 @@ def main() -> int:
             continue
         mesh, mt_args, _, _ = acc.meshes[r["mesh"]]
         # easylemur's cost is easylemur.aot --cost's own (its step compiled again, and its layer fit)
-        with_cost = _note(f"{r['mesh']} easylemur --cost", run_easylemur(acc, mesh, cost=True))
+        with_cost = _note(f"{r['mesh']} easylemur --cost", run_easylemur(acc, model, mesh, cost=True))
         r["easylemur"].setdefault("config", {})["cost"] = with_cost.get("cost")
         flops = next((e["flops_per_device"] for e in r["easylemur"].values() if e.get("flops_per_device")), None)
         for remat, extra in MAXTEXT_REMAT.items():
-            fit = maxtext_layer_fit(py, acc, mt_args + extra) if remat in fit_remats else None
-            r["maxtext"][remat]["cost"] = maxtext_cost(r["maxtext"][remat], fit, flops, acc.platform) if flops else None
+            fit = maxtext_layer_fit(py, acc, model, mt_args + extra) if remat in fit_remats else None
+            tokens = model.rows * model.seq
+            r["maxtext"][remat]["cost"] = maxtext_cost(r["maxtext"][remat], fit, flops, acc.platform, tokens) if flops else None
 
     if args.cost:
         for r in rows:
             mesh = acc.meshes[r["mesh"]][3]
             cols = [(f"easylemur {res.get('remat')}, {mesh}", res["cost"]) for res in r["easylemur"].values() if res.get("cost")]
             cols += [(f"MaxText {remat}, {mesh}", res["cost"]) for remat, res in r["maxtext"].items() if res.get("cost")]
-            print(f"\nstep cost per device per step, {acc.name}, {mesh} (an ESTIMATE: roofline, no overlap modelled)")
+            print(f"\nstep cost per device per step, {model.name}, {acc.name}, {mesh} "
+                  "(an ESTIMATE: roofline, no overlap modelled)")
             print(cost_rows(cols))
     summary = {}
     for r in rows:
