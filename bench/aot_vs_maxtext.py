@@ -73,20 +73,31 @@ from easylemur.train import hlo_cost  # noqa: E402  (the parsing and roofline ea
 GiB = 2**30
 
 
-class Model:
-    """A model both sides compile: MaxText's model_name, the easylemur config of the same model
-    and its batch (rows of seq tokens: the same work on both sides), and its decoder layers."""
-
-    def __init__(self, name: str, config: str, layers: int, rows: int, seq: int):
-        self.name, self.config, self.layers, self.rows, self.seq = name, config, layers, rows, seq
-
-
+# MaxText's model_name -> the easylemur config of the same model
+# easylemur's workdir for both the shape read here and its compile: no run in it, so the model is
+# the config's, not a resumed run's
+NO_RUN = "/nonexistent/aot-vs-maxtext"
 MODELS = {
-    "llama2-70b": Model("llama2-70b", "configs/lemur_70b_pretrain.py", 80, 512, 4096),
+    "llama2-70b": "configs/lemur_70b_pretrain.py",
     # a 128K vocabulary: easylemur's config chunks the LM head (loss_chunk 512); MaxText makes
     # the whole [rows, 8192, 128256] logits
-    "llama3.1-70b": Model("llama3.1-70b", "configs/lemur_llama3_70b_pretrain.py", 80, 256, 8192),
+    "llama3.1-70b": "configs/lemur_llama3_70b_pretrain.py",
 }
+
+
+class Model:
+    """A model both sides compile: MaxText's model_name, the easylemur config of the same model,
+    and what that config says of it: the batch (rows of seq tokens, the same work on both
+    sides) and the decoder layers (of the model easylemur.aot compiles for it)."""
+
+    def __init__(self, name: str):
+        from easylemur.config import load_config
+        from easylemur.train.aot import run_model_config
+
+        self.name, self.config = name, MODELS[name]
+        cfg = load_config(str(ROOT / self.config), [f"workdir={NO_RUN}"])
+        self.rows, self.seq = cfg.train.batch_size, cfg.data.seq_len
+        self.layers = run_model_config(cfg)[0].num_layers
 
 
 class Accelerator:
@@ -345,7 +356,7 @@ def run_easylemur(acc: Accelerator, model: Model, mesh: str, remat: str = "confi
     env = _env("")
     if python:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    args = ["--config", model.config, "--accelerator", acc.name, f"--config.mesh={mesh}"]
+    args = ["--config", model.config, f"--config.workdir={NO_RUN}", "--accelerator", acc.name, f"--config.mesh={mesh}"]
     args += [] if remat == "config" else [f"--config.model.remat={remat}"]
     args += ["--cost"] if cost else []
     python = python or sys.executable
@@ -434,8 +445,8 @@ def main() -> int:
                     help="what both compile for, gcloud's name: v4-512 (256 megacore devices, 2 rows each) or v5p-256 "
                          "(128 devices, 4 rows each); v4-N, v5p-N: N/2 devices, 512 / (N/2) rows each")
     ap.add_argument("--model", default="llama2-70b", choices=sorted(MODELS),
-                    help="llama2-70b (configs/lemur_70b_pretrain.py: 512 rows of 4096) or llama3.1-70b "
-                         "(configs/lemur_llama3_70b_pretrain.py: 256 rows of 8192); MaxText's model_name the same")
+                    help="MaxText's model_name, compiled against the easylemur config of the same model: "
+                         + ", ".join(f"{k} ({v})" for k, v in MODELS.items()) + "; the batch is the config's")
     ap.add_argument("--maxtext-venv", default=str(ROOT / "bench" / ".venv-maxtext"),
                     help="MaxText's own venv (created if missing)")
     ap.add_argument("--python", default=None,
@@ -456,7 +467,7 @@ def main() -> int:
     ap.add_argument("--keep-dumps", default=None, help="keep each compile's memory reports and optimized HLO here")
     args = ap.parse_args()
     try:
-        model = MODELS[args.model]
+        model = Model(args.model)
         acc = Accelerator(args.accelerator, model.rows)
     except ValueError as e:
         ap.error(str(e))
