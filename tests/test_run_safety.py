@@ -227,6 +227,22 @@ def test_a_failed_save_stops_the_run_at_that_save(tmp_path):
         subprocess.run(["umount", "-l", str(w)])
 
 
+def test_a_failed_saves_message_names_only_a_complete_step_as_the_newest(tmp_path):
+    """The manager lists a step as soon as its save begins; the message of a failed save names
+    the newest step whose save finished, not the one that failed (a run told "step 6 is
+    complete" would trust a folder that is not there)."""
+    mngr = store.manager(tmp_path / "checkpoints", keep=0, async_save=False)
+    for step in (2, 4):
+        store.save(mngr, step, {"w": np.full((2,), step, np.float32)}, {"step": step}, force=True)
+    # step 4 as a save cut short leaves it: under orbax's temporary name, never finalized
+    (tmp_path / "checkpoints" / "4").rename(tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-1")
+    assert 4 in mngr.all_steps()
+    msg = store._save_failure(mngr, OSError(28, "No space left on device"))
+    assert msg.endswith("the newest complete checkpoint is step 2"), msg
+    assert "No space left on device [errno 28]" in msg
+    mngr.close()
+
+
 # ----------------------------------------------------------------------------- temp files
 
 

@@ -97,8 +97,10 @@ def _save_failure(mngr: ocp.CheckpointManager, e: BaseException) -> str:
     """One line: where, the root cause (the OS's words where the writer reports an OS error),
     and which step is safe. (A failure of an async save surfaces at a later call, so the step
     being saved then is not necessarily the one that failed: the directory is named.)"""
-    newest = mngr.all_steps()
-    return (f"saving a checkpoint in {as_path(mngr.directory)} failed: {write_failure_cause(e)}; "
+    # complete on disk: the manager also lists a step whose save began (the one that may have failed)
+    directory = as_path(mngr.directory)
+    newest = [s for s in mngr.all_steps() if is_complete(directory / str(s))]
+    return (f"saving a checkpoint in {directory} failed: {write_failure_cause(e)}; "
             + (f"the newest complete checkpoint is step {max(newest)}" if newest else "no checkpoint was saved"))
 
 

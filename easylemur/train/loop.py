@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import time
 from typing import Optional, Sequence
 
@@ -175,9 +176,18 @@ def _train(cfg: ConfigDict, guard: pod.Guard) -> dict:
         except BaseException as e:
             if jax.process_count() > 1 and _collective_failure(e):
                 guard.await_verdict(e)  # before waiting on saves that need the lost peer
-            # the error in flight is the one to report; still let committed saves finish
-            with contextlib.suppress(Exception):
-                mngr.wait_until_finished()
+            # The error in flight is the one to report, unless the disk filled up under a save
+            # too: then the save's error says more (the checkpoints' directory, and which step
+            # is complete), where a log write's OSError named no file. Either way committed
+            # saves finish and a failed save's error is retrieved (unretrieved, orbax's write
+            # tasks were dumped by asyncio at exit, after the one error line).
+            try:
+                store.check_save_errors(mngr, wait=True)
+            except store.CheckpointSaveError as save_error:
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise save_error from e
+            except Exception:
+                pass
             raise
     return {"step": step, **logger.last, "tokens": logger.tokens,
             "stopped_by": stop.signum if step < cfg.train.steps else None}
