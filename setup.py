@@ -5,7 +5,7 @@ setup(
     version="0.1.0",
     description="JAX training stack for Llama-family models: continued pre-training, ChatML chat tuning, HF export.",
     packages=find_packages(include=["easylemur", "easylemur.*"]),
-    package_data={"easylemur.eval": ["suites/*.json"]},  # suites are data: python -m easylemur.eval suite --suite NAME
+    package_data={"easylemur.eval.runs": ["suites/*.json"]},  # suites are data: python -m easylemur.eval suite --suite NAME
     python_requires=">=3.11",  # jax, jaxlib and libtpu 0.10 declare Requires-Python >=3.11
     install_requires=[
         "jax>=0.10.0",

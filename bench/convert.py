@@ -59,7 +59,7 @@ def make_random_hf(out: Path, size_gb: float) -> dict:
     import numpy as np
 
     from easylemur.convert import hf
-    from easylemur.model.llama import LlamaConfig
+    from easylemur.model.config import LlamaConfig
     from easylemur.convert.safetensors_io import LazyArray, write_sharded_safetensors
 
     d, f, V = 2048, 5504, 32000

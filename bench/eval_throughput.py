@@ -47,10 +47,10 @@ def main() -> None:
     args = ap.parse_args()
 
     import easylemur
-    from easylemur.eval.agent import MHumanEval, run_episodes
-    from easylemur.eval.client import Client
+    from easylemur.eval.agent.episode import run_episodes
+    from easylemur.eval.backends.client import Client
+    from easylemur.eval.benchmarks.humaneval import MHumanEval, load_humaneval
     from easylemur.eval.sandbox import Sandbox
-    from easylemur.eval.tasks import load_humaneval
     from easylemur.serve.server import Server
 
     levels = [int(c) for c in args.concurrency.split(",")]

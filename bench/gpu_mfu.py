@@ -38,7 +38,7 @@ ATTENTION = ("cudnn", "blockwise", "dense", "flash", "auto")
 
 def model_configs(layers_7b: int = 32) -> dict:
     """name -> (LlamaConfig, batch rows, row length): the shapes this benchmark trains."""
-    from easylemur.model.llama import PRESETS, LlamaConfig
+    from easylemur.model.config import PRESETS, LlamaConfig
 
     common = dict(dtype="bfloat16", param_dtype="float32", scan_layers=True, remat="full")
     return {

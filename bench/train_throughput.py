@@ -114,7 +114,7 @@ def model_config(args: argparse.Namespace):
     """The easylemur LlamaConfig of the benchmarked shape."""
     import dataclasses
 
-    from easylemur.model.llama import PRESETS
+    from easylemur.model.config import PRESETS
 
     return dataclasses.replace(
         PRESETS["tiny"], vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ff,

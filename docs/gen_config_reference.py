@@ -143,7 +143,7 @@ def _table(rows: list[tuple[str, object, str]]) -> list[str]:
 
 def render() -> str:
     import easylemur.config.schema as config
-    from easylemur.model.llama import LlamaConfig
+    from easylemur.model.config import LlamaConfig
 
     comments = _schema_comments(config.default_config)
     groups: dict[str, list] = {}
@@ -172,7 +172,7 @@ def render() -> str:
               *_table([(k, v, source_comments.get(k, "")) for k, v in config.SOURCE_DEFAULTS.items()]), ""]
     field_comments = _field_comments(LlamaConfig)
     lines += ["## `model.*` (`LlamaConfig` fields)", "",
-              "`model.preset` names a shape (`easylemur.model.llama.PRESETS`); any `LlamaConfig` field set",
+              "`model.preset` names a shape (`easylemur.model.config.PRESETS`); any `LlamaConfig` field set",
               "as `model.<field>` applies on top of the preset (or of `init.from`'s architecture). The",
               "defaults below are the dataclass's; a preset sets its own shape.", "",
               *_table([(f"model.{f.name}", f.default, field_comments.get(f.name, ""))

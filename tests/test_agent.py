@@ -16,10 +16,15 @@ from pathlib import Path
 import pytest
 from scripted_endpoint import ScriptedEndpoint
 
-from easylemur.eval import agent
-from easylemur.eval.client import Client, EndpointError
-from easylemur.eval.sandbox import Sandbox
-from easylemur.eval.tasks import load_humaneval, load_mbpp, read_samples
+from easylemur.eval.agent.actions import clip, parse_reply
+from easylemur.eval.agent.episode import run_episodes, success_rates
+from easylemur.eval.agent.tools import python_cells
+from easylemur.eval.api import EvalDataError, read_samples
+from easylemur.eval.backends.client import Client, EndpointError
+from easylemur.eval.benchmarks.gsm8k import MGSM8K, as_number, load_gsm8k
+from easylemur.eval.benchmarks.humaneval import MHumanEval, load_humaneval
+from easylemur.eval.benchmarks.mbpp import MMBPP, load_mbpp
+from easylemur.eval.sandbox import Sandbox, SlotPool
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,16 +85,16 @@ def humaneval_script(problems):
 
 @pytest.mark.slow
 def test_feedback_loop_turn_by_turn(sandbox, problems):
-    task = agent.MHumanEval(list(problems.values()))
+    task = MHumanEval(list(problems.values()))
     with ScriptedEndpoint(chat=humaneval_script(problems)) as ep:
         client = Client(ep.url)
         chat = lambda m: client.chat(m, max_tokens=64)  # noqa: E731
-        exec_eps = agent.run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="exec")
-        none_eps = agent.run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="none")
+        exec_eps = run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="exec")
+        none_eps = run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="none")
     got = {e.task_id: (e.solved_at, e.end) for e in exec_eps}
     assert got == {"HumanEval/0": (2, "solved"), "HumanEval/1": (3, "solved"), "HumanEval/2": (None, "gave up"),
                    "HumanEval/3": (None, "wrong answers"), "HumanEval/4": (2, "solved")}
-    assert agent.success_rates(exec_eps, 5) == {"success@1": 0.0, "success@2": 0.4, "success@3": 0.6,
+    assert success_rates(exec_eps, 5) == {"success@1": 0.0, "success@2": 0.4, "success@3": 0.6,
                                                 "success@4": 0.6, "success@5": 0.6}
     # each observation fed back is in the transcript, turn by turn
     e1 = next(e for e in exec_eps if e.task_id == "HumanEval/1")
@@ -111,25 +116,25 @@ def test_feedback_loop_turn_by_turn(sandbox, problems):
 
 
 def test_notebook_state_persists_and_output_is_clipped(sandbox):
-    slots = agent.SlotPool(1)
+    slots = SlotPool(1)
     cells = ["x = 41\nprint('setup output is not repeated')", "import numpy as np\ny = int(np.int64(x) + 1)"]
-    r = slots.run(sandbox, agent.python_cells(cells + ["print(y)"]))
+    r = slots.run(sandbox, python_cells(cells + ["print(y)"]))
     assert r.output == "42\n"
-    r = slots.run(sandbox, agent.python_cells(["print('a' * 10000)"], observation_chars=1000))
-    assert len(agent.clip(r.output, 1000)) < 1100 and "left out" in agent.clip(r.output, 1000)
-    r = slots.run(sandbox, agent.python_cells(["open('/etc/passwd').read()"]))
+    r = slots.run(sandbox, python_cells(["print('a' * 10000)"], observation_chars=1000))
+    assert len(clip(r.output, 1000)) < 1100 and "left out" in clip(r.output, 1000)
+    r = slots.run(sandbox, python_cells(["open('/etc/passwd').read()"]))
     assert "FileNotFoundError" in r.output  # the host's files are not there
 
 
 def test_parse_reply():
-    langs = agent.MHumanEval.languages
-    assert agent.parse_reply("<execute>\nprint(1)\n</execute>", langs) == ("execute", "print(1)")
-    assert agent.parse_reply("```python\nprint(2)\n```\n<solution>7</solution>", langs) == ("solution", "7")
-    assert agent.parse_reply("```sql\nSELECT 1\n```", langs) == ("none", "")
-    assert agent.parse_reply("```sql\nSELECT 1\n```", ("sql",)) == ("execute", "SELECT 1\n")
-    assert agent.parse_reply("submit", ("sql",)) == ("solution", "")
-    assert agent.parse_reply("  \n", langs) == ("give up", "")
-    assert agent.as_number("so the total is $1,234.50.") == 1234.5 and agent.as_number("none") is None
+    langs = MHumanEval.languages
+    assert parse_reply("<execute>\nprint(1)\n</execute>", langs) == ("execute", "print(1)")
+    assert parse_reply("```python\nprint(2)\n```\n<solution>7</solution>", langs) == ("solution", "7")
+    assert parse_reply("```sql\nSELECT 1\n```", langs) == ("none", "")
+    assert parse_reply("```sql\nSELECT 1\n```", ("sql",)) == ("execute", "SELECT 1\n")
+    assert parse_reply("submit", ("sql",)) == ("solution", "")
+    assert parse_reply("  \n", langs) == ("give up", "")
+    assert as_number("so the total is $1,234.50.") == 1234.5 and as_number("none") is None
 
 
 def test_m_gsm8k_tool_then_answer(sandbox, tmp_path):
@@ -137,23 +142,23 @@ def test_m_gsm8k_tool_then_answer(sandbox, tmp_path):
     data.write_text(json.dumps({"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
                                 "answer": "48 + 24 = 72\n#### 72"}) + "\n"
                     + json.dumps({"question": "What is 3 times 5?", "answer": "#### 15"}) + "\n")
-    task = agent.MGSM8K(agent.load_gsm8k(data))
+    task = MGSM8K(load_gsm8k(data))
 
     def chat(messages):
         turn = sum(m["role"] == "assistant" for m in messages) + 1
         if turn == 1:
             return "<execute>print(48 + 48 / 2)</execute>" if "Natalia" in messages[1]["content"] else \
                 "<solution>The answer is 16</solution>"
-        seen = agent.as_number(messages[-1]["content"].split("\n")[1])  # the tool's output, if it ran
+        seen = as_number(messages[-1]["content"].split("\n")[1])  # the tool's output, if it ran
         return f"<solution>{seen:g}</solution>" if seen is not None else "<solution>16</solution>"
 
-    eps = agent.run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=1, turns=3)
+    eps = run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=1, turns=3)
     assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (None, "wrong answers")]
     assert eps[0].turns[0].observation.startswith("72.0")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q"}\n')
-    with pytest.raises(agent.EvalDataError, match=r"bad.jsonl:1: expected keys question and answer"):
-        agent.load_gsm8k(bad)
+    with pytest.raises(EvalDataError, match=r"bad.jsonl:1: expected keys question and answer"):
+        load_gsm8k(bad)
 
 
 def test_m_mbpp_judges_with_the_tasks_asserts(sandbox, tmp_path):
@@ -165,7 +170,7 @@ def test_m_mbpp_judges_with_the_tasks_asserts(sandbox, tmp_path):
              "test_list": ["assert rev([1, 2]) == [2, 1]", "assert rev([]) == []"]}]
     data = tmp_path / "mbpp.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = agent.MMBPP(load_mbpp(data)[0])
+    task = MMBPP(load_mbpp(data)[0])
     assert "assert add(1, 2) == 3" in task.instruction(task.problems[0])
     assert "add(-1, 1)" not in task.instruction(task.problems[0])  # the other tests stay hidden
 
@@ -177,7 +182,7 @@ def test_m_mbpp_judges_with_the_tasks_asserts(sandbox, tmp_path):
             return _solution(code + "\n")
         return "<execute>print([1, 2][::-1])</execute>" if turn == 1 else _solution("def rev(xs):\n    return xs[::-1]\n")
 
-    eps = agent.run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=2, turns=3)
+    eps = run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=2, turns=3)
     assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (2, "solved")]
     assert eps[0].turns[0].verdict == "failed: AssertionError" and eps[1].turns[0].observation.startswith("[2, 1]")
 
@@ -222,15 +227,15 @@ def sql_script(messages):
 
 
 def test_sql_agent_queries_observes_and_submits(sandbox, tmp_path):
-    from easylemur.eval import sql_agent
+    from easylemur.eval.benchmarks.spider import sql, task as spider
 
-    task = sql_agent.SqlAgent(sql_agent.load(_spider(tmp_path)))
-    eps = agent.run_episodes(task, sql_script, sandbox, concurrency=3, sandbox_workers=2, turns=5)
+    task = spider.SqlAgent(sql.load_sql(_spider(tmp_path)))
+    eps = run_episodes(task, sql_script, sandbox, concurrency=3, sandbox_workers=2, turns=5)
     assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (3, "solved"), (None, "wrong answers")]
     assert "8" in eps[0].turns[0].observation and eps[0].turns[1].action == "solution"
     assert "no such column: nam" in eps[1].turns[1].observation
     assert eps[2].turns[0].verdict.startswith("failed")
-    none = agent.run_episodes(task, sql_script, sandbox, concurrency=3, sandbox_workers=2, turns=5, feedback="none")
+    none = run_episodes(task, sql_script, sandbox, concurrency=3, sandbox_workers=2, turns=5, feedback="none")
     assert [e.solved_at for e in none] == [None, None, None]
 
 
@@ -239,7 +244,7 @@ def test_a_database_larger_than_the_sandboxs_file_cap_gets_a_sized_sandbox(tmp_p
     sandbox's caps cannot be judged there, the suite's sized copy of the sandbox can."""
     import sqlite3
 
-    from easylemur.eval import sql
+    from easylemur.eval.benchmarks.spider import sql, task as spider
 
     d = _spider(tmp_path)
     db = d / "database" / "music" / "music.sqlite"
@@ -248,7 +253,7 @@ def test_a_database_larger_than_the_sandboxs_file_cap_gets_a_sized_sandbox(tmp_p
     conn.executemany("INSERT INTO padding VALUES (?)", [(os.urandom(1 << 16),) for _ in range(48)])  # 3 MiB
     conn.commit()
     conn.close()
-    task = sql.Spider(sql.load_sql(d))
+    task = spider.Spider(sql.load_sql(d))
     small = Sandbox(timeout=20, file_bytes=1 << 20, tmp_bytes=2 << 20)
     p = task.problems[0]
     assert small.run_program(task.program(p, p.gold)).result != "passed"
@@ -338,12 +343,13 @@ def test_a_suite_of_ones_own_and_its_errors(tmp_path):
     """A suite is data: a user's own file runs; an endpoint's loglikelihood row without a
     tokenizer is a skipped row that says what to pass; a malformed suite is one line naming the key."""
     from easylemur.errors import InputError
-    from easylemur.eval import suite as suite_mod
+    from easylemur.eval.cli import suite as suite_cli
+    from easylemur.eval.runs import suite as suite_mod
 
     pytest.importorskip("lm_eval")
     suite, tasks = _mc_suite(tmp_path)
     with ScriptedEndpoint(complete=lambda prompt: "    return None\n") as ep:
-        assert suite_mod.main(["--endpoint", ep.url, "--suite", str(suite), "--limit", "2", "--out",
+        assert suite_cli.main(["--endpoint", ep.url, "--suite", str(suite), "--limit", "2", "--out",
                                str(tmp_path / "out"), "--lm-eval-include", str(tasks), "--workers", "2"]) == 0
     rows = json.loads((tmp_path / "out" / "table.json").read_text())["tasks"]
     assert rows["humaneval"]["score"] == 0.0 and rows["humaneval"]["n"] == 2
@@ -426,7 +432,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from easylemur.eval.harness import EasylemurLM
+    from easylemur.eval.backends.harness import EasylemurLM
 
     ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(reference_run), batch_size=8), tasks=["el_mc"],
                                   task_manager=TaskManager(include_path=str(tasks), include_defaults=False), bootstrap_iters=0)
@@ -443,10 +449,10 @@ def test_a_jsonl_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
                         str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == \
         f"error: {bad}:2: not UTF-8 (byte 0xff at column 43)", p.stderr
-    with pytest.raises(agent.EvalDataError, match=r"gsm8k.jsonl:1: not UTF-8"):
+    with pytest.raises(EvalDataError, match=r"gsm8k.jsonl:1: not UTF-8"):
         (tmp_path / "gsm8k.jsonl").write_bytes(b'{"question": "\xfe", "answer": "#### 1"}\n')
-        agent.load_gsm8k(tmp_path / "gsm8k.jsonl")
-    with pytest.raises(agent.EvalDataError, match=r"is a directory; expected a JSONL file"):
+        load_gsm8k(tmp_path / "gsm8k.jsonl")
+    with pytest.raises(EvalDataError, match=r"is a directory; expected a JSONL file"):
         read_samples(tmp_path)  # --samples DIR: named as a directory, not "no such file"
 
 
@@ -456,7 +462,7 @@ def test_libraries_reach_the_program_in_the_unsafe_mode_too():
     with pytest.warns(UserWarning, match="WITHOUT a sandbox"):
         unsafe = Sandbox(timeout=20, unsafe_no_sandbox=True)
         unsafe.check()
-    r = unsafe.run_program(agent.python_cells(["import numpy as np\nprint(int(np.arange(4).sum()))"]))
+    r = unsafe.run_program(python_cells(["import numpy as np\nprint(int(np.arange(4).sum()))"]))
     assert (r.result, r.output) == ("passed", "6\n")
 
 

@@ -22,7 +22,8 @@ from jax.sharding import PartitionSpec as P
 import easylemur
 from easylemur.config import ConfigError, load_config
 from easylemur.model.attention import SPLASH_RESIDUALS, AttentionError, attention, resolve_impl
-from easylemur.model.llama import Llama, LlamaConfig, init_params
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import Llama, init_params
 from markers import needs_libtpu
 from easylemur.sharding import make_mesh, named_sharding
 from hf_models import hf_logits, make_hf_model

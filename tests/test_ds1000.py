@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from easylemur.eval.ds1000 import (DS1000, STOPS, DS1000Problem, breakdown, load_ds1000, official_program, postprocess,
+from easylemur.eval.benchmarks.ds1000 import (DS1000, STOPS, DS1000Problem, breakdown, load_ds1000, official_program, postprocess,
                                    supported_libraries)
 from easylemur.eval.sandbox import Program, Sandbox, run_programs
-from easylemur.eval.tasks import EvalDataError
+from easylemur.eval.api import EvalDataError
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 
@@ -616,7 +616,7 @@ def test_loader_missing_file_and_unreachable_hub(tmp_path):
         load_ds1000(_write(tmp_path, [], "empty.jsonl"))
     # In a child with the hub switched off (the env is read when huggingface_hub is imported),
     # so a machine without a network answers at once instead of after the client's retries.
-    code = ("from easylemur.eval.ds1000 import load_ds1000\nfrom easylemur.eval.tasks import EvalDataError\n"
+    code = ("from easylemur.eval.benchmarks.ds1000 import load_ds1000\nfrom easylemur.eval.api import EvalDataError\n"
             "try:\n    load_ds1000(None)\nexcept EvalDataError as e:\n    print(e)\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout

@@ -11,8 +11,9 @@ import pytest
 import easylemur
 from easylemur.errors import InputError, run_cli
 from easylemur.eval.cli import main
-from easylemur.eval.passk import mean_pass_at_k, pass_at_k
-from easylemur.eval.tasks import MBPP, HumanEval, load_humaneval, load_mbpp
+from easylemur.eval.api import mean_pass_at_k, pass_at_k
+from easylemur.eval.benchmarks.humaneval import HumanEval, load_humaneval
+from easylemur.eval.benchmarks.mbpp import MBPP, load_mbpp
 from easylemur.generate.engine import truncate_at_stops
 from easylemur.tokenizer.spm import Tokenizer
 from hf_models import make_hf_model

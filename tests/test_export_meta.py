@@ -17,7 +17,8 @@ from easylemur.config import load_config
 from easylemur.convert import cli as convert
 from easylemur.convert.to_hf import _check_strings, write_fast_tokenizer
 from easylemur.chat.chatml import CHAT_TEMPLATE
-from easylemur.model.llama import PRESETS, init_params
+from easylemur.model.config import PRESETS
+from easylemur.model.llama import init_params
 from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH, Tokenizer
 from hf_models import make_hf_model
 from test_tokenizer_hf import random_strings

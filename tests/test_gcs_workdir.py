@@ -241,7 +241,7 @@ def test_damaged_and_incomplete_steps_on_a_bucket(gcs_bucket, capsys):
     from easylemur.checkpoint import store
     from easylemur.checkpoint.__main__ import main as verify_main
     from easylemur.checkpoint.model_meta import make_meta, read_meta
-    from easylemur.model.llama import LlamaConfig
+    from easylemur.model.config import LlamaConfig
 
     workdir = f"{gcs_bucket}/run"
     mngr = store.manager(f"{workdir}/checkpoints")  # saved as a run saves them, asynchronously

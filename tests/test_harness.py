@@ -23,7 +23,7 @@ from lm_eval.api.registry import get_model  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 from easylemur.errors import InputError  # noqa: E402
-from easylemur.eval.harness import EasylemurLM  # noqa: E402
+from easylemur.eval.backends.harness import EasylemurLM  # noqa: E402
 from easylemur.ops.loss import token_loss_sum  # noqa: E402
 from easylemur.tokenizer.spm import Tokenizer  # noqa: E402
 from chat_models import STYLES, chat_model_dir, prompts  # noqa: E402
@@ -195,7 +195,7 @@ def test_chat_template_is_easylemurs_chatml(ours, hflm):
 
 
 def test_model_args_mesh_and_errors(hf_dir, ours, monkeypatch):
-    import easylemur.eval.harness as harness
+    import easylemur.eval.backends.harness as harness
 
     monkeypatch.setattr(harness, "HEAD_CHUNK_BYTES", 8 * 16 * 4096 * 4)  # the LM head 16 positions at a time
     # simple_evaluate's "a=b,c=d" string splits the mesh spec at its commas: joined back

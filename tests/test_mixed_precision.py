@@ -64,7 +64,8 @@ def test_bf16_model_backward_matmuls_take_bf16_inputs():
     in float32 (the gradient values above would still agree). So: in the program jax.grad
     builds for a bf16-compute model with float32 params, every matmul, forward and backward,
     takes bf16 operands and accumulates in float32."""
-    from easylemur.model.llama import Llama, LlamaConfig, init_params
+    from easylemur.model.config import LlamaConfig
+    from easylemur.model.llama import Llama, init_params
 
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=4,
                       num_kv_heads=2, dtype="bfloat16", param_dtype="float32")

@@ -160,7 +160,7 @@ PRESET_SIZES = {"llama3_8b": 8.03, "llama3_70b": 70.55, "llama3.1_8b": 8.03, "ll
 
 @pytest.mark.parametrize("name", sorted(PRESET_SIZES))
 def test_family_presets(name):
-    from easylemur.model.llama import PRESETS
+    from easylemur.model.config import PRESETS
 
     cfg = PRESETS[name]
     assert abs(cfg.num_params() / 1e9 - PRESET_SIZES[name]) <= 0.01 * PRESET_SIZES[name]
@@ -188,7 +188,7 @@ def test_training_rows_longer_than_the_window_are_refused():
     from ml_collections import ConfigDict
 
     from easylemur.config import ConfigError
-    from easylemur.model.llama import PRESETS
+    from easylemur.model.config import PRESETS
     from easylemur.train.start import _check_sliding_window
 
     model = dataclasses.replace(PRESETS["tiny"], family="mistral", sliding_window=256)

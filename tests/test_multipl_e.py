@@ -13,10 +13,10 @@ import tempfile
 
 import pytest
 
-from easylemur.eval.languages import LANGUAGES, Language, resolve, unavailable, with_marker
-from easylemur.eval.multipl_e import MultiPLE, load_multipl_e
+from easylemur.eval.benchmarks.multipl_e.languages import LANGUAGES, Language, resolve, unavailable, with_marker
+from easylemur.eval.benchmarks.multipl_e.task import MultiPLE, load_multipl_e
 from easylemur.eval.sandbox import PASSED, SANDBOX_PATH, Sandbox, run_programs
-from easylemur.eval.tasks import EvalDataError
+from easylemur.eval.api import EvalDataError
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 

@@ -8,7 +8,8 @@ import numpy as np
 
 from easylemur.config import default_config
 from easylemur.ops.loss import head_loss_sum, target_weights, token_loss_sum
-from easylemur.model.llama import PRESETS, init_params
+from easylemur.model.config import PRESETS
+from easylemur.model.llama import init_params
 from easylemur.train.optim import decay_mask, make_optimizer, schedule
 
 import pytest

@@ -139,7 +139,7 @@ def test_readme_flags_are_accepted_by_their_commands():
 
 def test_readme_config_keys_exist():
     from easylemur.config import SOURCE_DEFAULTS, default_config
-    from easylemur.model.llama import LlamaConfig
+    from easylemur.model.config import LlamaConfig
 
     cfg, llama = default_config(), set(LlamaConfig.__dataclass_fields__)
     keys = set(re.findall(r"--config\.([a-z_][a-z0-9_.]*[a-z0-9_])", DOCS))  # not the KEY placeholder

@@ -355,23 +355,25 @@ def test_a_programs_processes_together_stay_within_the_memory_budget():
 
 
 def test_the_sandbox_programs_are_standard_library_modules_passed_as_text():
-    """The launcher, a Job's checker and candidate process, and a Program's runner are modules
-    beside sandbox.py; what the interpreter gets by `-c` is each file's text, the checker's and the
-    candidate's with the wire's text in place of their import of it: it compiles and imports only
-    the standard library (numpy lazily, from the job's libraries), nothing of easylemur."""
+    """The launcher, a Job's checker and candidate process, and a Program's runner are modules of
+    sandbox/programs/; what the interpreter gets by `-c` is each file's text, with the shared
+    modules' text (the wire: checker and candidate; the pid-1 prelude: checker and runner) in
+    place of their import of it: it compiles and imports only the standard library (numpy
+    lazily, from the job's libraries), nothing of easylemur."""
     import ast
 
-    from easylemur.eval import sandbox as sb, sandbox_wire
+    from easylemur.eval.sandbox import programs
 
-    here = Path(sb.__file__).parent
-    wire = Path(sandbox_wire.__file__).read_text()
-    texts = {"sandbox_launcher": sb._LAUNCHER, "sandbox_checker": sb._CHECKER, "sandbox_server": sb._SERVER,
-             "sandbox_runner": sb._RUNNER}
+    shared = {m: (programs.HERE / f"{m}.py").read_text() for m in programs.SHARED}
+    texts = {"launcher": programs.LAUNCHER, "checker": programs.CHECKER, "candidate": programs.CANDIDATE,
+             "runner": programs.RUNNER}
+    carries = {"launcher": set(), "checker": {"wire", "prelude"}, "candidate": {"wire"}, "runner": {"prelude"}}
     for name, text in texts.items():
-        source = (here / f"{name}.py").read_text()
+        source = (programs.HERE / f"{name}.py").read_text()
         assert ast.get_docstring(ast.parse(source)), name  # what it is, where it runs
-        carries_wire = name in ("sandbox_checker", "sandbox_server")
-        assert (wire in text) == carries_wire and ("sandbox_wire import" in source) == carries_wire, name
+        for module, module_text in shared.items():
+            assert (module_text in text) == (module in carries[name]), (name, module)
+            assert (f"programs.{module} import" in source) == (module in carries[name]), (name, module)
         imported = set()
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Import):
@@ -393,7 +395,7 @@ def test_the_wire_rebuilds_plain_data_with_its_own_types():
 
     import numpy as np
 
-    from easylemur.eval import sandbox_wire as wire
+    from easylemur.eval.sandbox.programs import wire
 
     kept = []
 

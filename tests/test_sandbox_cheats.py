@@ -11,7 +11,7 @@ import pytest
 
 from easylemur.errors import run_cli
 from easylemur.eval.cli import main
-from easylemur.eval.tasks import load_humaneval
+from easylemur.eval.benchmarks.humaneval import load_humaneval
 from sandbox_corpus import HUMANEVAL_CHEATS, MBPP_CHEATS, MBPP_EXTRA_ROWS
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")

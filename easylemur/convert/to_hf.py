@@ -30,7 +30,8 @@ from easylemur.convert.out_dir import (
 )
 from easylemur.convert.safetensors_io import LazyArray, parse_size, write_sharded_safetensors
 from easylemur.errors import RunError
-from easylemur.model.llama import LlamaConfig, param_specs
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import param_specs
 from easylemur.tokenizer import load_tokenizer
 
 

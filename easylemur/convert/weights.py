@@ -15,7 +15,8 @@ from jax.sharding import Mesh
 
 from easylemur.checkpoint import model_meta
 from easylemur.convert import hf
-from easylemur.model.llama import LlamaConfig, param_shardings
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import param_shardings
 from easylemur.model.stacking import scan_params, unscan_params
 from easylemur.sharding import make_mesh
 

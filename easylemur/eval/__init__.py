@@ -1,7 +1,13 @@
-"""Evaluation: `tasks.py` (HumanEval, MBPP), `multipl_e.py` + `languages.py`, `ds1000.py`,
-`sql.py` (Spider), `agent.py` + `sql_agent.py` (multi-turn with environment feedback), the
-one table of their names (`benchmarks.py`), `passk.py`, `sandbox.py` (bubblewrap, the trusted
-checker and runner), `samples.py` (prompts -> completions), `client.py` (any OpenAI-compatible
-endpoint), `suite.py` (Lemur's table), `harness.py` (lm-evaluation-harness's `--model
-easylemur`), `cli.py` (`python -m easylemur.eval`). Only `samples.py`, `local_chat.py`,
-`harness.py`, `suite.py` and `cli.py` import the model side."""
+"""Evaluation, in floors; each imports only the floors below it (tests/test_architecture.py):
+
+- `sandbox/`: untrusted code run and judged under bubblewrap; the standard library and
+  `easylemur.errors` only, it knows no benchmark;
+- `api/`: the contracts benchmarks implement (`Task[P]`, problems, prompts), pass@k, JSONL;
+- `agent/`: the multi-turn engine (episodes, actions, the agent task contract, tools);
+- `benchmarks/`: one module per benchmark and `registry.py`, the one table of their names;
+- `backends/`: how a model is reached (an OpenAI-compatible client, a checkpoint behind its own
+  server, a model in this process, lm-evaluation-harness);
+- `runs/`: the one scoring loop, the suites and their tables, training's evals, `watch`;
+- `cli/`: `python -m easylemur.eval` and its subcommands.
+
+None of sandbox, api, agent, benchmarks imports the model side; training imports `runs` only."""

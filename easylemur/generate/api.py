@@ -15,7 +15,8 @@ from easylemur.chat.choice import chat_template_for
 from easylemur.convert import hf
 from easylemur.errors import InputError
 from easylemur.tokenizer.spm import check_text
-from easylemur.model.llama import Llama, LlamaConfig
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import Llama
 
 Messages = Sequence[Mapping[str, str]]
 # LoadedModel(chat_template=AUTO): decided by chat_template_for from the tokenizer alone (weights

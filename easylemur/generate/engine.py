@@ -34,7 +34,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from easylemur.errors import InputError
-from easylemur.model.llama import Llama, LlamaConfig, init_cache, lm_head_kernel
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import Llama, init_cache, lm_head_kernel
 from easylemur.sharding import constrain, logical_to_spec
 
 

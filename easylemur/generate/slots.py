@@ -37,7 +37,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from easylemur.generate.engine import GenerateError, _bucket
-from easylemur.model.llama import Llama, LlamaConfig, init_cache, lm_head_kernel
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import Llama, init_cache, lm_head_kernel
 
 # How many top logprobs every step and echo returns to the host (OpenAI allows at most 5 for the
 # legacy completions and 20 for chat); the server slices what a request asked for.

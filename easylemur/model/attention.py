@@ -37,9 +37,9 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from easylemur.errors import InputError
+from easylemur.model.config import ATTENTION_IMPLS
 from easylemur.sharding import logical_to_spec, platform
 
-IMPLS = ("auto", "dense", "blockwise", "splash", "flash", "cudnn")
 # The splash kernel tiles the sequence in lanes of 128: T and its blocks are multiples of it.
 SPLASH_LANES = 128
 # The checkpoint name of the splash kernel's residuals (its output and per-query logsumexp):
@@ -72,8 +72,8 @@ def resolve_impl(impl: str, seq_len: int, platform: str, block_size: int = 512, 
     tiles; elsewhere blockwise when
     `block_size` splits the row into several blocks, else dense (a row of one block is dense
     either way). Others are returned as they are."""
-    if impl not in IMPLS:
-        raise AttentionError(f"model.attention={impl!r} must be one of {', '.join(IMPLS)}")
+    if impl not in ATTENTION_IMPLS:
+        raise AttentionError(f"model.attention={impl!r} must be one of {', '.join(ATTENTION_IMPLS)}")
     if impl != "auto":
         return impl
     if platform == "tpu" and seq_len % SPLASH_LANES == 0:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from easylemur.model.llama import LlamaConfig
+from easylemur.model.config import LlamaConfig
 
 
 def grow_rows(x: Any, new_size: int, axis: int) -> Any:

@@ -43,7 +43,7 @@ def _summary_writer_class() -> type:
 class MetricsWriter:
     """Appends one JSON object per logged step to metrics.jsonl and mirrors scalars to
     TensorBoard (and W&B when configured). A no-op on processes other than 0. A task eval's
-    record comes later than its step's (eval/task_evals.py): a line of its own, with the step
+    record comes later than its step's (eval/runs/training.py): a line of its own, with the step
     it measured."""
 
     def __init__(self, workdir: str | Path, wandb_project: str = "", config: Optional[dict] = None,

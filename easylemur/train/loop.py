@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
+from etils import epath
 from ml_collections import ConfigDict
 
 from easylemur import sharding
@@ -31,11 +33,11 @@ from easylemur.train.goodput import EventLog
 from easylemur.train.lock import WorkdirLock
 from easylemur.tracker.writer import MetricsWriter
 from easylemur.train.metrics import StepLogger, TrainingError, due
-from easylemur.train.start import restore_or_init
+from easylemur.train.start import Run, restore_or_init
 from easylemur.train.signals import StopSignals
 from easylemur.train.workdir import FailedStartCleanup, check_workdir
 from easylemur.train.step import build_eval_step, mean_eval_loss
-from easylemur.eval.task_evals import make_task_evals
+from easylemur.eval.runs.training import make_task_evals
 
 
 def train(cfg: ConfigDict, guard: Optional[pod.Guard] = None) -> dict:
@@ -68,129 +70,214 @@ def _collective_failure(e: BaseException) -> bool:
     return isinstance(e, jax.errors.JaxRuntimeError) or "Gloo" in text or "Connection reset" in text
 
 
+@dataclasses.dataclass
+class _Loop:
+    """What the step loop works with: the run as `restore_or_init` hands it over and the side
+    jobs opened for it (each closed by the run's ExitStack)."""
+
+    cfg: ConfigDict
+    guard: pod.Guard
+    workdir: epath.Path
+    lock: Optional[WorkdirLock]
+    stop: StopSignals
+    events: EventLog
+    mngr: Any
+    run: Run
+    data: DataShards
+    eval_fn: Any
+    eval_data: Optional[EvalData]
+    logger: StepLogger
+    task_evals: Any
+
+
 def _train(cfg: ConfigDict, guard: pod.Guard) -> dict:
     if not cfg.workdir:
         raise ConfigError("workdir is empty; set --config.workdir=DIR")
     workdir = as_path(cfg.workdir)
     check_workdir(workdir)
     with contextlib.ExitStack() as run_scope:
-        # a run that fails to start takes back what it created in the workdir: its files while
-        # it still holds the lock, then (pushed first, so run last) the directories it made
-        start = FailedStartCleanup(workdir)
-        run_scope.push(start.remove_dirs)
-        lock = WorkdirLock(workdir) if jax.process_index() == 0 else None
-        if lock is not None:  # before anything in the workdir is read or written
-            run_scope.enter_context(lock)
-            guard.on_exit = lock.release  # a lost host or hang leaves with os._exit: the lock first
-        stop = run_scope.enter_context(StopSignals())
-        run_scope.push(start.remove_files)  # only once the lock is this run's
-        # events.jsonl (docs/design.md, "Goodput"): its end record comes after every later cleanup
-        events = EventLog(workdir, active=jax.process_index() == 0)
-        events.start()
-        run_scope.push(events.exit)
-        guard.events = events
-        mesh = sharding.make_mesh(cfg.mesh)
-        mngr = store.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
-        run_scope.callback(mngr.close)
-        began = time.time()
-        run = restore_or_init(cfg, mesh, mngr)
-        events.restored(began, run.start_step, resumed=run.start_step > 0)
-        if cfg.data.preflight:  # every record read before step 1 (docs/design.md, "Data stats")
-            preflight(cfg, run.tokenizer)
-        if jax.process_index() == 0:
-            (workdir / "config.json").write_text(to_json(cfg))
-
-        data = DataShards(cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size, seed=cfg.seed)
-        run_scope.callback(data.close)
-        if run.data_state is not None:
-            data.set_state(run.data_state)
-        eval_fn = build_eval_step(cfg, run.model_cfg, mesh)
-        eval_data = EvalData(cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size,
-                             batches=cfg.eval.batches) if cfg.eval.every else None
-        writer = MetricsWriter(workdir, cfg.log.wandb_project, cfg.to_dict(), resume_step=run.start_step)
-        run_scope.callback(writer.close)
-        logger = StepLogger(cfg, writer, run.model_cfg, data.source_names, start_step=run.start_step,
-                            nan_skips=run.nan_skips, events=events)
-        run_scope.callback(logger.close)
-        task_evals = make_task_evals(cfg, run, mesh, workdir, writer)
-        if task_evals is not None:  # closed before the writer: their last results still get written
-            run_scope.callback(task_evals.close)
-        if jax.process_index() == 0:
-            print(
-                f"model {run.model_cfg.num_params() / 1e6:.2f}M params, {jax.device_count()} devices, mesh "
-                f"{dict(mesh.shape)}, peak {logger.peak:.3g} FLOP/s ({logger.peak_how}), "
-                f"steps {run.start_step}->{cfg.train.steps}, {run.compute}", flush=True,
-            )
-
+        start, lock, stop, events = _claim_workdir(workdir, guard, run_scope)
+        loop = _open_run(cfg, guard, workdir, run_scope, lock, stop, events)
         start.started = True
-        state, step = run.state, run.start_step
-        events.loop(step)
-        guard.loop_started(step)  # the step watchdog from here (the first step compiles)
-        try:
-            while step < cfg.train.steps:
-                guard.phase("data", step + 1)
-                batch = next(data)
-                guard.phase("compile" if step == run.start_step else "step", step + 1)
-                state, metrics = run.train_step.fn(state, batch)
-                step += 1
-                if lock is not None:
-                    lock.check()  # a lost workdir lock stops the run before it logs or saves again
-                logger.push(step, metrics, data.local_token_counts())
-                if step > run.start_step + 1:
-                    guard.step_done(step - 1)  # push waited for the step before
-                if due(step, cfg.eval.every):  # these weights, before the next step replaces them
-                    params = state["params"]
-                    with guard.long("eval"):
-                        logger.flush(evaluate=events.timed_call(
-                            "eval", step, lambda: mean_eval_loss(eval_fn, params, eval_data.batches())))
-                if task_evals is not None:
-                    if due(step, cfg.eval.every_tasks):
-                        logger.flush()
-                        with logger.side_job(), events.timed("eval", step), guard.long("eval"):  # not step time
-                            task_evals.run(step, state["params"])
-                    task_evals.poll()  # the sandbox checks run beside training; log those that ended
-                store.check_save_errors(mngr)  # a failed async save stops the run here
-                stopping = mngr.reached_preemption(step) or stop.requested
-                last = step == cfg.train.steps
-                if due(step, cfg.checkpoint.every) or last or stopping:
-                    logger.flush()
-                    guard.step_done(step)
-                    with logger.side_job(), events.timed("save", step), guard.long("save"):  # not step time
-                        model_meta.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
-                                            data_state=data.get_state(), nan_skips=logger.nan_skips,
-                                            config=cfg.to_dict(), force=last or stopping, stop_ids=run.stop_ids,
-                                            inherited_chat_format=run.chat_format)
-                if stopping:
-                    with events.timed("save", step), guard.long("save"):  # until the save commits
-                        store.check_save_errors(mngr, wait=True)
-                    print(f"stopped: saved step {step} in {workdir / 'checkpoints'}; run the same command to resume",
-                          flush=True)
-                    break
-            logger.flush()
-            guard.step_done(step)
-            with events.timed("save", step), guard.long("save"):
-                store.check_save_errors(mngr, wait=True)
-            events.outcome = "done" if step >= cfg.train.steps else "stopped"
-        except TrainingError as e:
-            raise TrainingError(f"{e} {store.last_good(mngr)}") from None
-        except BaseException as e:
-            if jax.process_count() > 1 and _collective_failure(e):
-                guard.await_verdict(e)  # before waiting on saves that need the lost peer
-            # The error in flight is the one to report, unless the disk filled up under a save
-            # too: then the save's error says more (the checkpoints' directory, and which step
-            # is complete), where a log write's OSError named no file. Either way committed
-            # saves finish and a failed save's error is retrieved (unretrieved, orbax's write
-            # tasks were dumped by asyncio at exit, after the one error line).
-            try:
-                store.check_save_errors(mngr, wait=True)
-            except store.CheckpointSaveError as save_error:
-                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise save_error from e
-            except Exception:
-                pass
-            raise
-    return {"step": step, **logger.last, "tokens": logger.tokens,
+        step = _run_steps(loop)
+    return {"step": step, **loop.logger.last, "tokens": loop.logger.tokens,
             "stopped_by": stop.signum if step < cfg.train.steps else None}
+
+
+def _claim_workdir(workdir: epath.Path, guard: pod.Guard, run_scope: contextlib.ExitStack
+                   ) -> tuple[FailedStartCleanup, Optional[WorkdirLock], StopSignals, EventLog]:
+    """The workdir's lock (process 0), the stop signals and the events log taken, in that order,
+    each released by `run_scope`; with them what a failed start removes again."""
+    # a run that fails to start takes back what it created in the workdir: its files while
+    # it still holds the lock, then (pushed first, so run last) the directories it made
+    start = FailedStartCleanup(workdir)
+    run_scope.push(start.remove_dirs)
+    lock = WorkdirLock(workdir) if jax.process_index() == 0 else None
+    if lock is not None:  # before anything in the workdir is read or written
+        run_scope.enter_context(lock)
+        guard.on_exit = lock.release  # a lost host or hang leaves with os._exit: the lock first
+    stop = run_scope.enter_context(StopSignals())
+    run_scope.push(start.remove_files)  # only once the lock is this run's
+    # events.jsonl (docs/design.md, "Goodput"): its end record comes after every later cleanup
+    events = EventLog(workdir, active=jax.process_index() == 0)
+    events.start()
+    run_scope.push(events.exit)
+    guard.events = events
+    return start, lock, stop, events
+
+
+def _open_run(cfg: ConfigDict, guard: pod.Guard, workdir: epath.Path, run_scope: contextlib.ExitStack,
+              lock: Optional[WorkdirLock], stop: StopSignals, events: EventLog) -> _Loop:
+    """The run restored or initialized, its data, evals, metrics writer and step logger opened
+    (each closed by `run_scope`), and the start line printed."""
+    mesh = sharding.make_mesh(cfg.mesh)
+    mngr = store.manager(workdir / "checkpoints", keep=cfg.checkpoint.keep)
+    run_scope.callback(mngr.close)
+    began = time.time()
+    run = restore_or_init(cfg, mesh, mngr)
+    events.restored(began, run.start_step, resumed=run.start_step > 0)
+    if cfg.data.preflight:  # every record read before step 1 (docs/design.md, "Data stats")
+        preflight(cfg, run.tokenizer)
+    if jax.process_index() == 0:
+        (workdir / "config.json").write_text(to_json(cfg))
+
+    data = DataShards(cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size, seed=cfg.seed)
+    run_scope.callback(data.close)
+    if run.data_state is not None:
+        data.set_state(run.data_state)
+    eval_fn = build_eval_step(cfg, run.model_cfg, mesh)
+    eval_data = EvalData(cfg.data, run.tokenizer, mesh, global_batch_size=cfg.train.batch_size,
+                         batches=cfg.eval.batches) if cfg.eval.every else None
+    writer = MetricsWriter(workdir, cfg.log.wandb_project, cfg.to_dict(), resume_step=run.start_step)
+    run_scope.callback(writer.close)
+    logger = StepLogger(cfg, writer, run.model_cfg, data.source_names, start_step=run.start_step,
+                        nan_skips=run.nan_skips, events=events)
+    run_scope.callback(logger.close)
+    task_evals = make_task_evals(cfg, run, mesh, workdir, writer)
+    if task_evals is not None:  # closed before the writer: their last results still get written
+        run_scope.callback(task_evals.close)
+    if jax.process_index() == 0:
+        print(
+            f"model {run.model_cfg.num_params() / 1e6:.2f}M params, {jax.device_count()} devices, mesh "
+            f"{dict(mesh.shape)}, peak {logger.peak:.3g} FLOP/s ({logger.peak_how}), "
+            f"steps {run.start_step}->{cfg.train.steps}, {run.compute}", flush=True,
+        )
+    return _Loop(cfg=cfg, guard=guard, workdir=workdir, lock=lock, stop=stop, events=events, mngr=mngr, run=run,
+                 data=data, eval_fn=eval_fn, eval_data=eval_data, logger=logger, task_evals=task_evals)
+
+
+def _run_steps(loop: _Loop) -> int:
+    """Steps from the run's start to train.steps, or to the save a stop signal or preemption
+    asked for; returns the last step."""
+    cfg, guard, mngr, run = loop.cfg, loop.guard, loop.mngr, loop.run
+    state, step = run.state, run.start_step
+    loop.events.loop(step)
+    guard.loop_started(step)  # the step watchdog from here (the first step compiles)
+    try:
+        while step < cfg.train.steps:
+            batch = _next_batch(loop, step)
+            state, metrics = run.train_step.fn(state, batch)
+            step += 1
+            _log_step(loop, step, metrics)
+            _evaluate(loop, state, step)
+            if _checkpoint(loop, state, step):
+                _stopped(loop, step)
+                break
+        _end_run(loop, step)
+    except TrainingError as e:
+        raise TrainingError(f"{e} {store.last_good(mngr)}") from None
+    except BaseException as e:
+        _settle_saves(loop, e)
+        raise
+    return step
+
+
+def _next_batch(loop: _Loop, step: int) -> dict:
+    """The batch of step `step` + 1, the guard told what the process waits on."""
+    loop.guard.phase("data", step + 1)
+    batch = next(loop.data)
+    loop.guard.phase("compile" if step == loop.run.start_step else "step", step + 1)
+    return batch
+
+
+def _log_step(loop: _Loop, step: int, metrics: dict) -> None:
+    """The step just dispatched handed to the logger (which finishes the one before it)."""
+    if loop.lock is not None:
+        loop.lock.check()  # a lost workdir lock stops the run before it logs or saves again
+    loop.logger.push(step, metrics, loop.data.local_token_counts())
+    if step > loop.run.start_step + 1:
+        loop.guard.step_done(step - 1)  # push waited for the step before
+
+
+def _evaluate(loop: _Loop, state: dict, step: int) -> None:
+    """The eval loss and the task evals, where due at `step`."""
+    cfg, guard, logger, events, task_evals = loop.cfg, loop.guard, loop.logger, loop.events, loop.task_evals
+    if due(step, cfg.eval.every):  # these weights, before the next step replaces them
+        params = state["params"]
+        eval_fn, eval_data = loop.eval_fn, loop.eval_data
+        with guard.long("eval"):
+            logger.flush(evaluate=events.timed_call(
+                "eval", step, lambda: mean_eval_loss(eval_fn, params, eval_data.batches())))
+    if task_evals is not None:
+        if due(step, cfg.eval.every_tasks):
+            logger.flush()
+            with logger.side_job(), events.timed("eval", step), guard.long("eval"):  # not step time
+                task_evals.run(step, state["params"])
+        task_evals.poll()  # the sandbox checks run beside training; log those that ended
+
+
+def _checkpoint(loop: _Loop, state: dict, step: int) -> bool:
+    """Saves `step` where due, at the last step, or when the run is to stop; returns whether it
+    is (a stop signal, or a preemption)."""
+    cfg, guard, logger, events, mngr, run = loop.cfg, loop.guard, loop.logger, loop.events, loop.mngr, loop.run
+    store.check_save_errors(mngr)  # a failed async save stops the run here
+    stopping = mngr.reached_preemption(step) or loop.stop.requested
+    last = step == cfg.train.steps
+    if due(step, cfg.checkpoint.every) or last or stopping:
+        logger.flush()
+        guard.step_done(step)
+        with logger.side_job(), events.timed("save", step), guard.long("save"):  # not step time
+            model_meta.save_run(mngr, step, state, run.model_cfg, run.tokenizer.model_path,
+                                data_state=loop.data.get_state(), nan_skips=logger.nan_skips,
+                                config=cfg.to_dict(), force=last or stopping, stop_ids=run.stop_ids,
+                                inherited_chat_format=run.chat_format)
+    return stopping
+
+
+def _stopped(loop: _Loop, step: int) -> None:
+    """A stopped run's save committed, and said so."""
+    with loop.events.timed("save", step), loop.guard.long("save"):  # until the save commits
+        store.check_save_errors(loop.mngr, wait=True)
+    print(f"stopped: saved step {step} in {loop.workdir / 'checkpoints'}; run the same command to resume",
+          flush=True)
+
+
+def _end_run(loop: _Loop, step: int) -> None:
+    """The last step logged, every save committed, and the run's outcome recorded."""
+    loop.logger.flush()
+    loop.guard.step_done(step)
+    with loop.events.timed("save", step), loop.guard.long("save"):
+        store.check_save_errors(loop.mngr, wait=True)
+    loop.events.outcome = "done" if step >= loop.cfg.train.steps else "stopped"
+
+
+def _settle_saves(loop: _Loop, e: BaseException) -> None:
+    """For the error `e` in flight: the saves under way finished or failed; a failed save's error
+    raised instead of `e` where the disk filled up."""
+    if jax.process_count() > 1 and _collective_failure(e):
+        loop.guard.await_verdict(e)  # before waiting on saves that need the lost peer
+    # The error in flight is the one to report, unless the disk filled up under a save
+    # too: then the save's error says more (the checkpoints' directory, and which step
+    # is complete), where a log write's OSError named no file. Either way committed
+    # saves finish and a failed save's error is retrieved (unretrieved, orbax's write
+    # tasks were dumped by asyncio at exit, after the one error line).
+    try:
+        store.check_save_errors(loop.mngr, wait=True)
+    except store.CheckpointSaveError as save_error:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise save_error from e
+    except Exception:
+        pass
 
 
 def _parser() -> argparse.ArgumentParser:

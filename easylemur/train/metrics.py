@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from easylemur.errors import RunError
-from easylemur.model.llama import LlamaConfig
+from easylemur.model.config import LlamaConfig
 from easylemur.tracker.writer import MetricsWriter
 
 

@@ -26,7 +26,8 @@ from easylemur.config import ConfigError, compute_dtype, model_config
 from easylemur.convert.source import read_source, source_tokenizer
 from easylemur.errors import brief
 from easylemur.convert.weights import load_weights
-from easylemur.model.llama import LlamaConfig, init_params
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import init_params
 from easylemur.sharding import all_processes_agree, platform as mesh_platform, sync_processes
 from easylemur.train.step import TrainStep, build_train_step
 from easylemur.tokenizer import load_tokenizer

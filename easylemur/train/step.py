@@ -21,7 +21,8 @@ from easylemur import sharding
 from easylemur.config import ConfigError
 from easylemur.data import batch as batch_layout
 from easylemur.ops.loss import head_loss_sum
-from easylemur.model.llama import Llama, LlamaConfig, lm_head_kernel, param_shardings, param_specs
+from easylemur.model.config import LlamaConfig
+from easylemur.model.llama import Llama, lm_head_kernel, param_shardings, param_specs
 from easylemur.train.optim import applied_lr, make_optimizer
 
 

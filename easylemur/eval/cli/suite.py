@@ -1,0 +1,105 @@
+"""`python -m easylemur.eval suite`: Lemur's evaluation table in one command, on a checkpoint or
+any OpenAI-compatible endpoint (docs/design.md, "Evaluation suites").
+
+    python -m easylemur.eval suite --endpoint http://127.0.0.1:8000/v1 --suite lemur --limit 20 --out eval/table
+    python -m easylemur.eval suite --checkpoint runs/tiny_chat --suite lemur --data-dir ~/evaldata --out eval/t
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from easylemur.errors import InputError, add_debug_flag
+from easylemur.eval.backends.access import open_model
+from easylemur.eval.runs import suite
+from easylemur.eval.runs.suite import load_suite, run_suite, suite_sandbox
+from easylemur.eval.runs.table import render_tables
+
+
+def _data_map(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--data {item!r}: expected NAME=PATH, e.g. mbpp=~/data/mbpp.jsonl")
+        out[name] = os.path.expanduser(path)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m easylemur.eval suite", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1] + "\n\n" + suite.__doc__.split("\n\n", 1)[1])
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help="easylemur workdir, checkpoint step dir or HF dir (served on a local port)")
+    src.add_argument("--endpoint", help="an OpenAI-compatible base URL ending in /v1 (easylemur serve, vLLM, an API)")
+    parser.add_argument("--suite", default="lemur", help="a shipped suite name (lemur) or a suite .json file")
+    parser.add_argument("--tasks", default="", help="comma-separated subset of the suite's tasks (default: all)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N problems (items) of each task")
+    parser.add_argument("--out", required=True, help="directory for table.md, table.json and each task's files")
+    parser.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    parser.add_argument("--data-dir", default=None,
+                        help="where benchmarks' data live under their usual names (mbpp.jsonl, spider/, multipl_e/, "
+                             "ds1000.jsonl, gsm8k.jsonl, HumanEval.jsonl.gz)")
+    parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
+                        help="one task's (or benchmark's) data, e.g. --data spider=~/spider (repeatable)")
+    parser.add_argument("--model", default="", help="model id sent to --endpoint (default: the first of /v1/models)")
+    parser.add_argument("--tokenizer", default="",
+                        help="--endpoint: the model's HF tokenizer (a dir or hub name) for lm-eval's loglikelihood rows")
+    parser.add_argument("--lm-eval-include", default="", help="a directory of lm-eval task YAMLs (local tasks and data)")
+    parser.add_argument("--api-key", default="", help="bearer token for --endpoint (default: $OPENAI_API_KEY)")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (episodes, prompts)")
+    parser.add_argument("--workers", type=int, default=0, help="sandboxed programs at once (default: the core count)")
+    parser.add_argument("--max-tokens", type=int, default=512, help="tokens per reply unless a task sets max_tokens")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=20.0, help="wall-clock seconds per sandboxed program")
+    parser.add_argument("--memory-mb", type=int, default=2048, help="memory budget per sandboxed program")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run generated code without bubblewrap (rlimits and timeouts only)")
+    parser.add_argument("--slots", type=int, default=8, help="--checkpoint: the server's decode slots")
+    parser.add_argument("--max-len", type=int, default=None, help="--checkpoint: the server's cache length per slot")
+    parser.add_argument("--step", type=int, default=None, help="--checkpoint: its step (default: newest)")
+    parser.add_argument("--dtype", default=None, help="--checkpoint: compute dtype (default float32)")
+    parser.add_argument("--chat-template", metavar="FILE", default=None,
+                        help="--checkpoint: chat in this Jinja template instead of the model's own (a base model has "
+                             "none, and its chat rows are skipped without one)")
+    add_debug_flag(parser)
+    args = parser.parse_args(argv)
+    for flag in ("limit", "concurrency", "max_tokens", "slots", "memory_mb"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise InputError(f"--{flag.replace('_', '-')} {v}: must be at least 1")
+    args.data_map = _data_map(args.data)
+    if args.chat_template and not args.checkpoint:
+        raise InputError("--chat-template FILE: only with --checkpoint (an endpoint renders its own chat)")
+
+    spec = load_suite(args.suite)
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()] or list(spec["tasks"])
+    for n in names:
+        if n not in spec["tasks"]:
+            raise InputError(f"--tasks {n!r}: not a task of suite {spec.get('name')} ({', '.join(spec['tasks'])})")
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not args.force)):
+        raise InputError(f"--out {out}: exists and is not an empty directory; pass --force to write into it")
+    out.mkdir(parents=True, exist_ok=True)
+
+    sandbox = suite_sandbox(spec, names, args)  # refused or skipped before the model loads
+    access = open_model(args)
+    try:
+        rows = run_suite(spec, names, access, sandbox, args, out)
+    finally:
+        access.close()
+    md, table = render_tables(spec, rows, access.name)
+    (out / "table.md").write_text(md)
+    (out / "table.json").write_text(json.dumps(table, indent=1))
+    print(md)
+    print(json.dumps({n: (r.get("score") if "skipped" not in r else "skipped") for n, r in rows.items()}), flush=True)
+    failed = [n for n, r in rows.items() if r.get("error")]
+    if failed:
+        print(f"suite: {', '.join(failed)} failed (see their rows)", file=sys.stderr)
+    return 1 if failed else 0

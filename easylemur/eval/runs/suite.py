@@ -1,0 +1,276 @@
+"""A suite: Lemur's evaluation table (or another) on a checkpoint or any OpenAI-compatible
+endpoint, row by row (docs/design.md, "Evaluation suites"); `python -m easylemur.eval suite` is
+its command (`eval/cli/suite.py`).
+
+A suite is data (easylemur/eval/runs/suites/NAME.json, or a path): its tasks with their settings,
+the tables they form and the paper's reference rows. Every task reaches the model through one
+client (`backends/access.py`): `--checkpoint` starts easylemur's own continuously batched server
+on a free local port, so a checkpoint and an endpoint are measured by the same code. Kinds:
+- `code`: single-turn code benchmarks (HumanEval, MBPP, MultiPL-E per language, DS-1000,
+  Spider): the prompt is completed (/v1/completions), cut at the task's stops, and judged in
+  the sandbox; pass@1 greedy unless the task sets `n`/`temperature`;
+- `agent`: multi-turn episodes with environment feedback (`eval/agent/`) over /v1/chat/completions;
+- `lm_eval`: lm-evaluation-harness tasks (MMLU, BBH, GSM8K): `--model easylemur` in process for
+  a checkpoint, lm-eval's `local-completions` for an endpoint.
+A task whose data cannot be found (no local copy, no network) or whose tools are missing is a
+row marked skipped with the reason; the rest of the table is still produced. Writes
+OUT/table.md, OUT/table.json and, per task, OUT/<task>/ (samples, results, episodes).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from easylemur.errors import InputError
+from easylemur.eval.agent.episode import run_episodes, success_rates
+from easylemur.eval.api import parse_ks, write_jsonl
+from easylemur.eval.backends.access import ModelAccess
+from easylemur.eval.backends.client import EndpointError
+from easylemur.eval.benchmarks import registry
+from easylemur.eval.runs.scoring import score
+from easylemur.eval.runs.table import mean_row
+from easylemur.eval.sandbox import Sandbox, SandboxUnavailable
+
+SUITES_DIR = Path(__file__).parent / "suites"
+KINDS = ("code", "agent", "lm_eval", "mean")  # mean: the average of other rows (MultiPL-E over languages)
+
+
+class Skip(Exception):
+    """A task that cannot run here: its row says why."""
+
+
+# ------------------------------------------------------------------ the suite as data
+
+def load_suite(name_or_path: str) -> dict:
+    """The suite named NAME (easylemur/eval/runs/suites/NAME.json) or a JSON file, checked."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SUITES_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.json")))
+        raise InputError(f"--suite {name_or_path}: no such suite (shipped: {known}; or a path to a .json file)")
+    try:
+        suite = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not a JSON suite ({e})") from None
+    tasks = suite.get("tasks")
+    if not isinstance(tasks, dict) or not tasks:
+        raise InputError(f"{path}: key 'tasks' must be an object of task name -> settings")
+    for name, spec in tasks.items():
+        if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
+            raise InputError(f"{path}: task {name!r}: key 'kind' must be one of {', '.join(KINDS)}")
+        if spec["kind"] == "mean":
+            if not spec.get("of") or any(o not in tasks for o in spec["of"]):
+                raise InputError(f"{path}: task {name!r}: key 'of' must list tasks of the suite")
+            continue
+        if spec["kind"] == "lm_eval":
+            if not isinstance(spec.get("task"), str) or not spec["task"]:
+                raise InputError(f"{path}: task {name!r}: key 'task' must name an lm-evaluation-harness task")
+            continue
+        try:
+            bench = registry.lookup(benchmark_name(spec))[0] if spec.get("benchmark") else None
+        except InputError as e:
+            raise InputError(f"{path}: task {name!r}: {e}") from None
+        kind = registry.AGENT if spec["kind"] == "agent" else registry.SINGLE_TURN
+        if bench is None or bench.kind != kind:
+            raise InputError(f"{path}: task {name!r}: key 'benchmark' must name a "
+                             f"{'multi' if kind == registry.AGENT else 'single'}-turn benchmark "
+                             f"({', '.join(registry.names(kind))})")
+    for t, table in enumerate(suite.get("tables", [])):
+        for col in table.get("columns", []):
+            if col not in tasks:
+                raise InputError(f"{path}: tables[{t}] names task {col!r}, which is not in 'tasks'")
+    suite["_path"] = str(path)
+    return suite
+
+
+# ------------------------------------------------------------------ benchmarks
+
+def benchmark_name(spec: dict) -> str:
+    """The registry's name of a suite row's benchmark: "spider", "multipl_e:js" (its `language`), ..."""
+    return spec["benchmark"] + (f":{spec['language']}" if spec.get("language") else "")
+
+
+def _task_of(name: str, spec: dict, args: Any) -> Any:
+    """The task object of a code or agent row, its data found by --data NAME=PATH (the row's
+    name or its benchmark's), the row's own `data`, or the usual names under --data-dir."""
+    bench = benchmark_name(spec)
+    explicit = next((args.data_map[k] for k in (name, bench, spec["benchmark"]) if k in args.data_map), None)
+    data = registry.find_data(bench, explicit or spec.get("data"), args.data_dir)
+    return registry.build(bench, data, spec.get("prompt_format", "base"))
+
+
+# ------------------------------------------------------------------ running rows
+
+def _pool_map(fn: Callable[[Any], Any], items: Sequence[Any], concurrency: int) -> list[Any]:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        return list(pool.map(fn, items))
+
+
+def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
+    """Completions of every problem (n each), judged in the sandbox: pass@k."""
+    from easylemur.eval.backends.samples import prompt_ids
+    from easylemur.generate.engine import truncate_at_stops
+
+    n = int(spec.get("n", 1))
+    ks = parse_ks(spec.get("k", "1"), f"task {name!r}: key 'k'")
+    temperature = float(spec.get("temperature", 0.0 if n == 1 else 0.8))
+    max_tokens = int(spec.get("max_tokens", args.max_tokens))
+    stops = tuple(task.stops())
+    rows = [(p, i) for p in task.problems for i in range(n)]
+
+    def one(row: tuple) -> str:
+        p, i = row
+        prompt = task.prompt(p)
+        if prompt.messages:  # an open assistant turn: only a local tokenizer can render it
+            if access.loaded is None:
+                raise Skip("prompt_format chatml needs --checkpoint (an endpoint cannot continue an open assistant turn)")
+            body: Any = prompt_ids(task, p, access.loaded)
+        else:
+            body = prompt.text
+        try:
+            text = access.client.complete(body, max_tokens=max_tokens, temperature=temperature, seed=args.seed + i,
+                                          stop=stops)
+        except EndpointError as e:  # e.g. a prompt past the model's context: that sample fails, counted
+            errors.append(f"{p.task_id}: {e}")
+            return ""
+        return task.extract(p, truncate_at_stops(text, stops))
+
+    errors: list[str] = []
+    codes = _pool_map(one, rows, args.concurrency)
+    if errors:
+        (out / "errors.txt").write_text("\n".join(errors) + "\n")
+    scores = score(task, [(p.task_id, code) for (p, _), code in zip(rows, codes)], sandbox, [k for k in ks if k <= n],
+                   out, workers=args.workers).pass_at
+    row = {"score": scores["pass@1"] if "pass@1" in scores else next(iter(scores.values())), "metric": "pass@1",
+           **scores, "n": len(task.problems), "samples_per_problem": n, "endpoint_errors": len(errors)}
+    if task.skipped:  # DS-1000: problems of libraries the sandbox does not have, counted
+        row["skipped_problems"] = task.skip_counts()
+    return row
+
+
+def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
+    turns = int(spec.get("turns", 5))
+    feedback = str(spec.get("feedback", "exec"))
+    max_tokens = int(spec.get("max_tokens", args.max_tokens))
+    temperature = float(spec.get("temperature", 0.0))
+
+    def chat(messages: list[dict]) -> str:
+        return access.client.chat(messages, max_tokens=max_tokens, temperature=temperature, seed=args.seed)
+
+    t = time.perf_counter()
+    episodes = run_episodes(task, chat, task.sized(sandbox), concurrency=args.concurrency, sandbox_workers=args.workers,
+                            turns=turns, feedback=feedback, proposals=int(spec.get("proposals", 2)),
+                            observation_chars=int(spec.get("observation_chars", 2000)))
+    seconds = time.perf_counter() - t
+    write_jsonl(out / "episodes.jsonl", (e.record() for e in episodes))
+    rates = success_rates(episodes, turns)
+    errors = sum(e.end.startswith("error") for e in episodes)
+    return {"score": rates[f"success@{turns}"], "metric": f"success@{turns}", **rates, "n": len(episodes),
+            "feedback": feedback, "turns": turns, "errors": errors,
+            "episodes_per_minute": round(60 * len(episodes) / max(seconds, 1e-9), 2)}
+
+
+def run_lm_eval(name: str, spec: dict, access: ModelAccess, args: Any, out: Path) -> dict:
+    try:
+        import lm_eval
+    except ImportError:
+        raise Skip("lm-evaluation-harness is not installed (pip install -e '.[harness]')") from None
+    if access.loaded is not None:
+        from easylemur.eval.backends.harness import EasylemurLM
+
+        model: Any = EasylemurLM(loaded=access.loaded, batch_size=args.concurrency, max_gen_toks=args.max_tokens)
+    else:
+        model = "local-completions"
+    model_args = None
+    if access.loaded is None:
+        # an endpoint: text in, text out, unless --tokenizer gives lm-eval the model's HF tokenizer,
+        # which loglikelihood tasks (MMLU) need to split context from continuation; it then sends token ids
+        model_args = {"base_url": access.client.base + "/completions", "model": access.client.model,
+                      "num_concurrent": args.concurrency, "max_gen_toks": args.max_tokens,
+                      **({"tokenizer": args.tokenizer, "tokenizer_backend": "huggingface", "tokenized_requests": True}
+                         if args.tokenizer else {"tokenizer_backend": "none", "tokenized_requests": False})}
+    kw: dict[str, Any] = {}
+    if spec.get("num_fewshot") is not None:
+        kw["num_fewshot"] = int(spec["num_fewshot"])
+    from easylemur.eval.backends.lm_eval_tasks import flat_metrics, task_manager
+
+    try:
+        kw["task_manager"] = task_manager([spec["task"]], args.lm_eval_include or "")  # one index for every row
+        result = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=[spec["task"]],
+                                         limit=args.limit, bootstrap_iters=0, verbosity="ERROR", **kw)
+    except Exception as e:  # noqa: BLE001 - a text row that cannot run (no data offline, ...) is skipped, said why
+        why = " ".join(str(e).split())[:200]
+        if "okenizer is required" in why:
+            why += " (pass --tokenizer HF_DIR: the model's Hugging Face tokenizer, e.g. its to-hf export)"
+        raise Skip(f"lm-eval {spec['task']}: {type(e).__name__}: {why}") from None
+    metric = spec.get("metric", "acc")
+    results = result["results"] if result else {}
+    (out / "lm_eval.json").write_text(json.dumps(results, indent=1, default=str))
+    flat = flat_metrics(results)
+    values = flat.get(spec["task"]) or next(iter(flat.values()), {})
+    if metric not in values:
+        raise Skip(f"lm-eval {spec['task']}: no metric {metric!r} in its results ({', '.join(values) or 'none'})")
+    n = sum(len(v) for v in (result.get("samples") or {}).values()) if result else 0
+    return {"score": float(values[metric]), "metric": metric, "n": n or None}
+
+
+def run_row(name: str, spec: dict, access: ModelAccess, sandbox: Optional[Sandbox], args: Any, out: Path) -> dict:
+    """One task's row: its scores, or {"skipped": reason}."""
+    row_dir = out / name
+    row_dir.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    try:
+        if spec["kind"] == "lm_eval":
+            row = run_lm_eval(name, spec, access, args, row_dir)
+        else:
+            if sandbox is None:
+                raise Skip("no sandbox here (bubblewrap missing; pass --unsafe-no-sandbox to run code unconfined)")
+            if spec["kind"] == "agent" and access.server is not None and access.server.service.renderer is None:
+                raise Skip(access.server.service.chat_error)  # a base model: its chat is a 400 (no chat template)
+            task = _task_of(name, spec, args)
+            task.problems = task.problems[: args.limit] if args.limit else task.problems
+            if not task.problems:
+                raise Skip("no problems")
+            runner = run_code if spec["kind"] == "code" else run_agent
+            row = runner(name, spec, task, access, sandbox, args, row_dir)
+    except Skip as e:
+        row = {"skipped": str(e)}
+    except InputError as e:  # bad or missing data: the row says so, the table goes on
+        row = {"skipped": str(e)}
+    except Exception as e:  # noqa: BLE001 - one row's failure is reported in its row; the command then exits 1
+        row = {"skipped": f"error: {type(e).__name__}: {e}", "error": True}
+    row["seconds"] = round(time.perf_counter() - t, 1)
+    print(f"suite: {name}: " + (f"skipped ({row['skipped']})" if "skipped" in row else
+                                f"{row['metric']} {row['score']:.4f} over {row.get('n')}"), file=sys.stderr, flush=True)
+    return row
+
+
+def suite_sandbox(suite: dict, names: Sequence[str], args: Any) -> Optional[Sandbox]:
+    """The sandbox of the code and agent rows among `names`, checked before the model loads; None
+    (the rows then say why they are skipped) where none can run here."""
+    sandbox = Sandbox(timeout=args.timeout, memory_bytes=args.memory_mb << 20, unsafe_no_sandbox=args.unsafe_no_sandbox)
+    if any(suite["tasks"][n]["kind"] != "lm_eval" for n in names):
+        try:
+            sandbox.check()
+        except SandboxUnavailable as e:
+            print(f"suite: {e}; the code and agent rows are skipped", file=sys.stderr)
+            return None
+    return sandbox
+
+
+def run_suite(suite: dict, names: Sequence[str], access: ModelAccess, sandbox: Optional[Sandbox], args: Any,
+              out: Path) -> dict[str, dict]:
+    """Every row of `names`, each in OUT/<row>/, then the averaged rows over them."""
+    rows = {n: run_row(n, suite["tasks"][n], access, sandbox, args, out) for n in names
+            if suite["tasks"][n]["kind"] != "mean"}
+    for n in names:
+        spec = suite["tasks"][n]
+        if spec["kind"] == "mean":
+            rows[n] = mean_row(spec, rows)
+    return rows
