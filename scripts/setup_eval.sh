@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that MultiPL-E's languages need to run in the evaluation sandbox
-# (easylemur/eval/languages.py), and bubblewrap itself. Idempotent: a tool or file already
+# (easylemur/eval/benchmarks/multipl_e/languages.py), and bubblewrap itself. Idempotent: a tool or file already
 # present is skipped. Without apt-get, or when an install fails, it prints one line and goes on;
 # the tests that need the missing language are then skipped, with the reason.
 set -uo pipefail

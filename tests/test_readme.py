@@ -260,3 +260,19 @@ def test_design_sections_cited_by_the_code_exist():
                 wrong.append(f"{path.relative_to(ROOT)}: \"{m.group(1)}\"")
     assert cited > 40  # the search sees the code's citations
     assert not wrong, "citations of docs/design.md sections that are not headings there:\n" + "\n".join(wrong)
+
+
+def test_every_repository_path_the_docs_name_exists():
+    """A path of the repository that the docs name in backticks (`easylemur/...`, `tests/...`,
+    `docs/...`, `configs/...`, ...) is there: CONTRIBUTING's recipes name the files a change
+    touches, and a moved file must take its mentions along."""
+    path = re.compile(r"`((?:easylemur|tests|docs|configs|scripts|bench|tpu_scripts|data)/[\w./-]*\w/?)`")
+    missing = []
+    for page in PAGES:
+        for m in path.finditer(page.read_text()):
+            target = m.group(1).split("*")[0]  # a glob names its folder
+            if "*" not in m.group(1) and not (ROOT / target).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {m.group(1)}")
+            elif "*" in m.group(1) and not (ROOT / target).parent.exists():
+                missing.append(f"{page.relative_to(ROOT)}: {m.group(1)}")
+    assert missing == [], missing

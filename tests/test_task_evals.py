@@ -1,6 +1,6 @@
 """Task evals inside a run (eval.tasks): pass@k of the weights at the configured steps, logged
 beside the loss, computed from the same completions `python -m easylemur.eval` gives for that
-checkpoint; a checker that is killed or hangs leaves training going and says so."""
+checkpoint; a check that fails or hangs leaves training going and says so."""
 
 import json
 import os
@@ -88,38 +88,65 @@ def test_pass_at_k_and_lm_eval_scores_are_logged_at_the_configured_steps_from_th
     assert json.loads(cli.stdout.splitlines()[-1])["pass@1"] == evals[2]["eval/humaneval/pass@1"]
 
 
-# Imported by every Python the run starts (PYTHONPATH): the sandbox checker of step 2 dies as the
-# OOM killer would kill it, the one of step 4 hangs past eval.timeout_s.
-CHECKER_FAULTS = """
-import os, signal, sys, time
-argv = " ".join(sys.orig_argv)
-if "easylemur.eval" in argv and "--samples" in argv:
-    if "step_2" in argv:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if "step_4" in argv:
-        time.sleep(120)
+# Imported by every Python the run starts (PYTHONPATH): two toy benchmarks in the registry, one row
+# each and no other file, whose checks misbehave: toy_raise's program cannot be built (its check
+# raises), toy_hang's programs sleep past eval.timeout_s.
+FAULTS = """
+import sys
+sys.path.insert(0, {toy!r})
+from easylemur.eval.benchmarks import registry
+registry.BENCHMARKS["toy_raise"] = registry.Benchmark("toy_raise", registry.SINGLE_TURN, "toy_faults:raising", ("toy.jsonl",))
+registry.BENCHMARKS["toy_hang"] = registry.Benchmark("toy_hang", registry.SINGLE_TURN, "toy_faults:hanging", ("toy.jsonl",))
+"""
+TOY_FAULTS = """
+from easylemur.eval.sandbox import Job
+from toy_bench import Toy, load
+
+
+class Raising(Toy):
+    def program(self, p, code):
+        raise RuntimeError("toy refuses")
+
+
+class Hanging(Toy):
+    def program(self, p, code):
+        return Job(code="import time\\ntime.sleep(60)")
+
+
+def raising(data, variant="", prompt_format="base"):
+    return Raising(load(data), prompt_format)
+
+
+def hanging(data, variant="", prompt_format="base"):
+    return Hanging(load(data), prompt_format)
 """
 
 
 @pytest.mark.slow
 @needs_bwrap
-def test_a_killed_or_hung_checker_is_reported_and_training_goes_on(tmp_path):
+def test_a_failed_or_hung_check_is_reported_and_training_goes_on(tmp_path):
+    from test_benchmark_registry import toy_files
+
+    data = toy_files(tmp_path / "toy")
+    (tmp_path / "toy" / "toy_faults.py").write_text(TOY_FAULTS)
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(CHECKER_FAULTS)
+    (tmp_path / "site" / "sitecustomize.py").write_text(FAULTS.format(toy=str(tmp_path / "toy")))
     wd = tmp_path / "run"
     e = {**env(1), "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    overrides = [*EVALS, "eval.tasks=toy_raise,toy_hang", f"eval.data_dir={data.parent}", "eval.timeout_s=5",
+                 "eval.program_timeout_s=8"]
     t = time.monotonic()
-    p = subprocess.run(cmd(wd, EVALS + ["eval.timeout_s=5"]), cwd=ROOT, env=e, capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run(cmd(wd, overrides), cwd=ROOT, env=e, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    assert time.monotonic() - t < 100  # the hung checker was not waited for past its timeout
+    assert time.monotonic() - t < 100  # the hung check was not waited for past its timeout
     rows = _records(wd)
-    assert [r["step"] for r in rows if r.get("eval/humaneval/failed") == 1] == [2, 4], rows
-    assert not any("eval/humaneval/pass@1" in r for r in rows)
+    for name in ("toy_raise", "toy_hang"):
+        assert [r["step"] for r in rows if r.get(f"eval/{name}/failed") == 1] == [2, 4], rows
+        assert not any(f"eval/{name}/pass@1" in r for r in rows)
     assert {r["step"] for r in rows if "loss" in r} == {1, 2, 3, 4}
-    assert "eval humaneval at step 2: the sandbox check killed by signal 9" in p.stdout
-    assert "eval humaneval at step 4: the sandbox check ran past eval.timeout_s=5s and was killed; training goes on" \
-        in p.stdout
+    assert "eval toy_raise at step 2: the sandbox check failed: RuntimeError: toy refuses; training goes on" in p.stdout
+    assert ("eval toy_hang at step 4: the sandbox check ran past eval.timeout_s=5s and was cancelled; training goes on"
+            in p.stdout)
 
 
 def test_task_eval_config_errors_name_the_key():

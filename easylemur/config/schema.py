@@ -113,11 +113,11 @@ def default_config() -> ConfigDict:
     c.eval.every = 0  # 0: no eval
     c.eval.batches = 4
     # Task evals inside the run (eval/runs/training.py): pass@k of the current weights on a fixed
-    # subset of HumanEval/MBPP, generated in the run (its mesh, compiled once), checked in the
-    # sandbox by a subprocess that training never waits for
-    # comma-separated ("" = none): humaneval, mbpp, ds1000, spider, multipl_e:LANG (single-turn, checked in the
-    # background); m_humaneval, m_mbpp, m_gsm8k, sql_agent (multi-turn with execution feedback: their episodes run
-    # at the eval step, one process only); lm_eval:TASK (lm-evaluation-harness)
+    # subset of a benchmark, generated in the run (its mesh, compiled once), checked in the
+    # sandbox on a thread that training never waits for
+    # comma-separated ("" = none): benchmarks by the registry's names (the table "Benchmarks" below:
+    # single-turn ones checked in the background; multi-turn ones play their episodes at the eval
+    # step, one process only); lm_eval:TASK (lm-evaluation-harness)
     c.eval.tasks = ""
     c.eval.every_tasks = 0  # steps between task evals (0: never)
     c.eval.problems = 16  # the first N problems of each task: the same subset at every eval

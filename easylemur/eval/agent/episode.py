@@ -94,33 +94,17 @@ def run_episode(task: AgentTask, p: Any, chat: Callable[[list[dict]], str], sand
             ep.end = "gave up"
             return ep
         if action == "solution":
-            answer = task.solution(p, content, cells)
-            verdict = task.judge(p, answer)
-            if isinstance(verdict, bool):
-                turn.verdict = "passed" if verdict else "failed: wrong answer"
-            else:
-                turn.verdict = slots.run(sandbox, verdict).result
+            turn.verdict = _judge(task, p, task.solution(p, content, cells), sandbox, slots)
             if turn.verdict == "passed":
                 ep.solved_at, ep.end = i, "solved"
                 return ep
             left -= 1
-            obs = "Your answer is wrong."
-            if feedback == "exec" and turn.verdict.startswith("failed: ") and turn.verdict != "failed: wrong answer":
-                obs += f" The check failed: {turn.verdict[len('failed: '):]}."
-            elif feedback == "exec" and turn.verdict == "timed out":
-                obs += " The check timed out."
+            obs = _refusal(turn.verdict, feedback)
             if left <= 0:
                 ep.end = "wrong answers"
                 return ep
         elif action == "execute":
-            cells.append(content)
-            if feedback == "exec":
-                result = slots.run(sandbox, task.action(p, cells[:-1], content, observation_chars))
-                obs = clip(task.observe(result, sandbox.timeout), observation_chars)
-                if result.result == "timed out":
-                    cells.pop()  # never replayed: every later turn would time out again
-            else:
-                obs = "[no execution feedback in this setting]"
+            obs = _act(task, p, cells, content, sandbox, slots, feedback, observation_chars)
         else:
             obs = "No action found: run code in <execute> ... </execute> or answer in <solution> ... </solution>."
         if i < turns:
@@ -130,6 +114,37 @@ def run_episode(task: AgentTask, p: Any, chat: Callable[[list[dict]], str], sand
             ep.messages.append({"role": "user", "content": f"Observation:\n{obs}"})
     ep.end = "turns exhausted"
     return ep
+
+
+def _judge(task: AgentTask, p: Any, answer: str, sandbox: Sandbox, slots: SlotPool) -> str:
+    """The verdict on a proposal: the task's checker, decided on the host (a bool) or in the sandbox."""
+    verdict = task.judge(p, answer)
+    if isinstance(verdict, bool):
+        return "passed" if verdict else "failed: wrong answer"
+    return slots.run(sandbox, verdict).result
+
+
+def _refusal(verdict: str, feedback: str) -> str:
+    """What the model is told of a refused proposal (with exec feedback, the checker's reason)."""
+    obs = "Your answer is wrong."
+    if feedback == "exec" and verdict.startswith("failed: ") and verdict != "failed: wrong answer":
+        obs += f" The check failed: {verdict[len('failed: '):]}."
+    elif feedback == "exec" and verdict == "timed out":
+        obs += " The check timed out."
+    return obs
+
+
+def _act(task: AgentTask, p: Any, cells: list[str], code: str, sandbox: Sandbox, slots: SlotPool, feedback: str,
+         observation_chars: int) -> str:
+    """Runs an action (with exec feedback) and returns its observation; `cells` keeps it for the
+    later turns' replay unless it timed out."""
+    cells.append(code)
+    if feedback != "exec":
+        return "[no execution feedback in this setting]"
+    result = slots.run(sandbox, task.action(p, cells[:-1], code, observation_chars))
+    if result.result == "timed out":
+        cells.pop()  # never replayed: every later turn would time out again
+    return clip(task.observe(result, sandbox.timeout), observation_chars)
 
 
 def run_episodes(task: AgentTask, chat: Callable[[list[dict]], str], sandbox: Sandbox, *, concurrency: int = 8,

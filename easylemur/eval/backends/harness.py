@@ -6,8 +6,9 @@ no HF export and no torch (docs/design.md, "lm-evaluation-harness").
 
 Importing this module registers the model with lm-eval (`@register_model`); lm-eval 0.4.x finds
 models only in its own `MODEL_MAPPING` or by such an import (no entry-point group), so the
-`lm-eval` subcommand of `easylemur.eval` imports it and then runs lm-eval's own CLI. Only that
-subcommand imports this module: the rest of easylemur works without lm_eval installed.
+`lm-eval` subcommand of `easylemur.eval` imports it and then runs lm-eval's own CLI. Only what
+runs lm-eval imports this module, and lazily (that subcommand, a suite's lm-eval rows, training's
+`lm_eval:TASK` evals): the rest of easylemur works without lm_eval installed.
 
 What it computes:
 - `loglikelihood`: tokens as lm-eval's `hf` backend makes them for a Llama tokenizer that adds

@@ -4,14 +4,9 @@ samples file), with every generated program run in the sandbox.
     python -m easylemur.eval humaneval --checkpoint runs/tiny_chat --prompt-format chatml --out eval/he
     python -m easylemur.eval mbpp --data mbpp.jsonl --checkpoint CKPT -k 1,10 --n 20 --out eval/mbpp
     python -m easylemur.eval humaneval --samples samples.jsonl --out eval/he_samples
-    python -m easylemur.eval lm-eval --model easylemur --model_args path=CKPT --tasks hellaswag  (harness.py)
-    python -m easylemur.eval watch --config CFG --config.eval.tasks=humaneval  (each new checkpoint: watch.py)
-    python -m easylemur.eval suite --endpoint URL --suite lemur --limit 20 --out DIR  (the table: suite.py)
 
-Writes DIR/samples.jsonl (`task_id`, `completion`: the code that was checked) and
-DIR/results.jsonl (`task_id`, `completion_id`, `passed`, `result`: "passed", "timed out" or
-"failed: <reason>", worded by the sandbox's checker, never the program's output); the last
-stdout line is {"pass@1": ..., "n": ..., "problems": ...}.
+Writes DIR/samples.jsonl and DIR/results.jsonl (the scoring loop's, `runs/scoring.py`); the
+last stdout line is {"pass@1": ..., "n": ..., "problems": ...}.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def _data_map(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m easylemur.eval suite", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1] + "\n\n" + suite.__doc__.split("\n\n", 1)[1])
@@ -69,7 +69,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="--checkpoint: chat in this Jinja template instead of the model's own (a base model has "
                              "none, and its chat rows are skipped without one)")
     add_debug_flag(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
     for flag in ("limit", "concurrency", "max_tokens", "slots", "memory_mb"):
         v = getattr(args, flag)
         if v is not None and v < 1:

@@ -69,7 +69,7 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from easylemur.errors import InputError, RunError
 from easylemur.eval.sandbox.binds import importable, lib_binds, system_binds
@@ -297,25 +297,11 @@ class Sandbox:
                     code = None
                 finally:
                     _kill_sandbox(proc, info_r, timed_out=code is None)
-                tail = ""
-                if diagnose:
-                    err.seek(0, os.SEEK_END)
-                    err.seek(max(0, err.tell() - 2000))
-                    tail = " ".join(err.read().decode("utf-8", "replace").split())[-500:]
-            output, status = "", None
-            if out_fd >= 0:
-                os.lseek(out_fd, 0, os.SEEK_SET)
-                raw = os.read(out_fd, 4 * max(program.output_bytes, 1024) + 4096)
-                text, _, last = raw.rpartition(b"\n")
-                output = text.decode("utf-8", "replace")
-                status = int(last) if last.lstrip(b"-").isdigit() and int(last) != -1 else None
+                tail = _tail(err) if diagnose else ""
+            output, status = _read_output(out_fd, program) if program is not None else ("", None)
             if code is None:
                 return TIMED_OUT, tail, output, None
-            os.set_blocking(result_r, False)
-            try:
-                verdict = os.read(result_r, 4096).decode("ascii", "replace")
-            except BlockingIOError:
-                verdict = ""
+            verdict = _read_verdict(result_r)
         finally:
             os.close(result_r)
             os.close(info_r)
@@ -325,17 +311,49 @@ class Sandbox:
                 cgroup_remove(cgroup)
             if mode == "none":
                 shutil.rmtree(workdir, ignore_errors=True)
-        if secrets.compare_digest(verdict, f"{PASSED} {token}"):
-            return PASSED, tail, output, status
-        m = reason.fullmatch(verdict)
-        if m:
-            return "failed: " + m.group(1), tail, output, status
-        if code < 0:
-            try:
-                return f"failed: killed by {signal.Signals(-code).name}", tail, output, status
-            except ValueError:
-                return f"failed: killed by signal {-code}", tail, output, status
-        return f"failed: no verdict (exit status {code})", tail, output, status
+        return _result(verdict, token, code, reason), tail, output, status
+
+
+def _tail(err: Any) -> str:
+    """The last 500 characters of bwrap's and the checker's stderr (the probe's diagnostics)."""
+    err.seek(0, os.SEEK_END)
+    err.seek(max(0, err.tell() - 2000))
+    return " ".join(err.read().decode("utf-8", "replace").split())[-500:]
+
+
+def _read_verdict(fd: int) -> str:
+    """What the sandbox's pid 1 wrote on the verdict pipe ("" if nothing): read once it is gone."""
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace")
+    except BlockingIOError:
+        return ""
+
+
+def _read_output(out_fd: int, program: Program) -> tuple[str, Optional[int]]:
+    """(output, exit status) a Program's runner left in its output memfd: the kept text, then
+    the last command's status on a line of its own (-1: none)."""
+    os.lseek(out_fd, 0, os.SEEK_SET)
+    raw = os.read(out_fd, 4 * max(program.output_bytes, 1024) + 4096)
+    text, _, last = raw.rpartition(b"\n")
+    status = int(last) if last.lstrip(b"-").isdigit() and int(last) != -1 else None
+    return text.decode("utf-8", "replace"), status
+
+
+def _result(verdict: str, token: str, code: int, reason: "re.Pattern[str]") -> str:
+    """The result from the verdict pipe's text: a pass only with this run's token; a failure in
+    the checker's (or runner's) own bounded words; else how the sandbox ended."""
+    if secrets.compare_digest(verdict, f"{PASSED} {token}"):
+        return PASSED
+    m = reason.fullmatch(verdict)
+    if m:
+        return "failed: " + m.group(1)
+    if code < 0:
+        try:
+            return f"failed: killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"failed: killed by signal {-code}"
+    return f"failed: no verdict (exit status {code})"
 
 
 def _lib_path(libs: Sequence[tuple[str, str]], mode: str) -> str:
