@@ -414,7 +414,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
                           capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((out / "table.json").read_text())["tasks"]
-    suite = json.loads((ROOT / "easylemur" / "eval" / "suites" / "lemur.json").read_text())
+    suite = json.loads((ROOT / "easylemur" / "eval" / "runs" / "suites" / "lemur.json").read_text())
     assert set(rows) == set(suite["tasks"])
     for name in ("humaneval", "spider", "m_humaneval", "m_gsm8k", "sql_agent"):
         assert "score" in rows[name] and 0.0 <= rows[name]["score"] <= 1.0, rows[name]
