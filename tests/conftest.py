@@ -101,6 +101,13 @@ def _built_once_per_run(tmp_path_factory, name: str, build) -> Path:
 
 
 @pytest.fixture(scope="session")
+def built_once(tmp_path_factory):
+    """`built_once(name, build) -> Path`: `build(dir)` run once per test run, whichever worker asks
+    first (`_built_once_per_run`); for a costly module fixture that every worker would redo."""
+    return lambda name, build: _built_once_per_run(tmp_path_factory, name, build)
+
+
+@pytest.fixture(scope="session")
 def reference_run(tmp_path_factory) -> Path:
     """The workdir of one uninterrupted small training run (train_run.REFERENCE: 30 steps, a
     checkpoint every 6, the last two kept), which the resume tests compare against; trained once

@@ -259,10 +259,9 @@ def reference_verdict(lang: Language, row: dict, completion: str, gocache: str) 
         return True
 
 
-@pytest.fixture(scope="module")
-def verdicts():
-    """{(lang, case): (sandbox result, reference pass)} for every case of every language whose
-    toolchain is here, judged two at a time on each side."""
+def _judge_all(out) -> None:
+    """Every case of every language whose toolchain is here, judged two at a time on each side:
+    out/verdicts.json holds [[key], sandbox result, reference pass] per case (null: no toolchain)."""
     cases = []
     for lang, problems in ROWS.items():
         if not _available(lang):
@@ -276,7 +275,8 @@ def verdicts():
         if lang == "go":
             cases += [(("go", "cheat", k), _go_os_row(), c) for k, (c, _) in GO_OS_CHEATS.items()]
     if not cases:
-        pytest.skip("no MultiPL-E language's toolchain is installed (scripts/setup_eval.sh)")
+        (out / "verdicts.json").write_text("null")
+        return
     task = MultiPLE(load_rows([row for _, row, _ in cases]))
     sandbox = Sandbox(timeout=10)  # each Program brings its language's own wall clock
     programs = [task.program(p, code) for p, (_, _, code) in zip(task.problems, cases)]
@@ -286,7 +286,18 @@ def verdicts():
         refs = [pool.submit(reference_verdict, LANGUAGES[key[0]], row, code, gocache) for key, row, code in cases]
         results = run_programs(programs, sandbox, workers=2)
         refs = [f.result() for f in refs]
-    return {key: (result, passed) for (key, _, _), result, passed in zip(cases, results, refs)}
+    (out / "verdicts.json").write_text(json.dumps([[list(key), result, passed]
+                                                   for (key, _, _), result, passed in zip(cases, results, refs)]))
+
+
+@pytest.fixture(scope="module")
+def verdicts(built_once):
+    """{(lang, case): (sandbox result, reference pass)}, judged once per test run (the compilers
+    are the cost: the worker that asks first judges, the other reads its file)."""
+    rows = json.loads((built_once("multipl_e_verdicts", _judge_all) / "verdicts.json").read_text())
+    if rows is None:
+        pytest.skip("no MultiPL-E language's toolchain is installed (scripts/setup_eval.sh)")
+    return {tuple(key): (result, passed) for key, result, passed in rows}
 
 
 def load_rows(rows: list) -> list:
