@@ -191,7 +191,7 @@ def _benchmarks() -> list[str]:
              "(single-turn) and in suites. Data: `eval.data_dir` holds it under one of the usual names.", "",
              "| benchmark | name | kind | data under `eval.data_dir` | also from |", "|---|---|---|---|---|"]
     for b in registry.BENCHMARKS.values():
-        name = f"`{b.name}:VARIANT` ({', '.join(registry.variants(b))})" if b.variants else f"`{b.name}`"
+        name = f"`{b.name}:{b.variant_label}` ({', '.join(registry.variants(b))})" if b.variants else f"`{b.name}`"
         data = ", ".join(f"`{d}`" for d in b.data) or "—"
         also = ([f"`eval.{b.config_key}`"] if b.config_key else []) + (["its package (shipped)"] if b.shipped else [])
         lines.append(f"| {b.title or b.name} | {name} | {b.kind} | {data} | {', '.join(also) or '—'} |")

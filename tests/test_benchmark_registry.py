@@ -168,5 +168,5 @@ def test_the_registry_is_the_one_list_of_benchmark_names():
     listing = re.compile(r"""["']m_humaneval["'][^\n]*["']m_mbpp["']""")  # two names in one literal list
     found = [str(p.relative_to(pkg)) for p in pkg.rglob("*.py") if listing.search(p.read_text())]
     assert found == [], found
-    with pytest.raises(Exception, match=r"benchmark 'nope': expected one of humaneval, .*multipl_e:VARIANT \(js"):
+    with pytest.raises(Exception, match=r"benchmark 'nope': expected one of humaneval, .*multipl_e:LANG \(js"):
         registry.lookup("nope")

@@ -22,7 +22,7 @@ def _check_task_evals(e: ConfigDict) -> None:
         raise ConfigError(f"config key 'eval.tasks' must be a comma-separated string, got {e.tasks!r}")
     # the registry and the agent engine are standard library only: validating loads no model code
     from easylemur.eval.agent.episode import FEEDBACKS
-    from easylemur.eval.api.passk import parse_ks
+    from easylemur.eval.api.passk import NotAKList, parse_ks
     from easylemur.eval.benchmarks.registry import lookup
 
     names = task_eval_names(e.tasks)
@@ -56,9 +56,11 @@ def _check_task_evals(e: ConfigDict) -> None:
             raise ConfigError(f"config key 'eval.{key}' must be at least 1, got {e[key]}")
     try:
         ks = parse_ks(e.k)
-    except InputError:
+    except NotAKList:
         raise ConfigError(f"config key 'eval.k' must be comma-separated integers such as 1,10, got {e.k!r}") from None
-    if ks[-1] > e.samples:
+    except InputError:
+        ks = []  # none, or one below 1
+    if not ks or ks[-1] > e.samples:
         raise ConfigError(f"config key 'eval.k' must be integers from 1 to eval.samples={e.samples}, got {e.k!r}")
     if not e.temperature >= 0:
         raise ConfigError(f"config key 'eval.temperature' must be >= 0 (0: greedy), got {e.temperature}")

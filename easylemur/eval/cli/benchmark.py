@@ -41,8 +41,8 @@ def _task(args: Any) -> Task:
     try:
         data = registry.find_data(args.task, args.data, None)
     except MissingData:
-        raise InputError(f"{args.task} needs --data: its benchmark's data in its published format "
-                         "(docs: Evaluation)") from None
+        hint = registry.lookup(args.task)[0].data_hint or "its benchmark's data (docs: Evaluation)"
+        raise InputError(f"{args.task} needs --data: {hint}") from None
     return registry.build(args.task, data, args.prompt_format)
 
 

@@ -49,7 +49,9 @@ def score(task: Task, samples: Sequence[tuple[Any, str]], sandbox: Sandbox, ks: 
         raise InputError(f"task_id {missing[0]!r} is not a {task.name} problem")
     programs = [task.program(by_id[str(tid)], code) for tid, code in samples]
     results = run_programs(programs, task.sized(sandbox), workers, progress=progress, cancel=cancel)
-    counts: dict[str, list[int]] = {}
+    # per problem in the task's order (the mean's order too), those with samples
+    present = {str(tid) for tid, _ in samples}
+    counts: dict[str, list[int]] = {str(p.task_id): [0, 0] for p in task.problems if str(p.task_id) in present}
     records = []
     for (tid, _), result in zip(samples, results):
         c = counts.setdefault(str(tid), [0, 0])

@@ -80,7 +80,7 @@ def load_suite(name_or_path: str) -> dict:
         if bench is None or bench.kind != kind:
             raise InputError(f"{path}: task {name!r}: key 'benchmark' must name a "
                              f"{'multi' if kind == registry.AGENT else 'single'}-turn benchmark "
-                             f"({', '.join(registry.names(kind))})")
+                             f"({', '.join(registry.labels(kind))})")
     for t, table in enumerate(suite.get("tables", [])):
         for col in table.get("columns", []):
             if col not in tasks:

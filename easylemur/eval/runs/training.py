@@ -48,6 +48,11 @@ from easylemur.eval.sandbox import Sandbox
 from easylemur.storage import is_url
 
 
+# how long close() waits at most for a cancelled check's running programs: the longest time limit
+# a program carries (MultiPL-E's languages: up to 30 s) plus the sandbox's kill (up to 20 s)
+CANCEL_WAIT_S = 60.0
+
+
 @dataclasses.dataclass
 class _Check:
     """One sandboxed check, running on its own thread."""
@@ -267,7 +272,7 @@ class TaskEvals:
 
     def poll(self, wait: bool = False) -> None:
         """Logs the checks that ended; cancels those past their deadline (the programs they have not
-        started never run; those running end within eval.program_timeout_s). `wait`: block until
+        started never run; those running end within their own time limits). `wait`: block until
         every check has ended or been cancelled."""
         while self.checks:
             still = []
@@ -288,12 +293,13 @@ class TaskEvals:
 
     def close(self) -> None:
         """Waits for the checks still running (each up to its deadline), then for the programs the
-        cancelled ones had running (each ends within eval.program_timeout_s)."""
+        cancelled ones had running (each ends within its own time limit, eval.program_timeout_s or
+        a language's, and the sandbox's kill)."""
         if self.checks:
             print(f"waiting for {len(self.checks)} task eval check(s) (at most eval.timeout_s each)", flush=True)
         self.poll(wait=True)
         for c in self.cancelled:
-            c.thread.join(timeout=self.e.program_timeout_s + 30)
+            c.thread.join(timeout=max(self.e.program_timeout_s, CANCEL_WAIT_S))
 
 
 def _task_manager(names: list[str], include: str) -> Any:
