@@ -22,7 +22,6 @@ from easylemur.eval.sandbox import Sandbox, run_programs
 class Scores:
     pass_at: dict[str, float]  # {"pass@1": ..., "pass@10": ...}: the mean over problems
     counts: dict[str, tuple[int, int]]  # str(task_id) -> (samples, passed)
-    cancelled: bool = False  # the loop was cancelled: some samples were never run
 
     @property
     def samples_per_problem(self) -> Any:
@@ -40,8 +39,8 @@ def score(task: Task, samples: Sequence[tuple[Any, str]], sandbox: Sandbox, ks: 
           cancel: Optional[threading.Event] = None) -> Scores:
     """Judges `samples` ((task_id, code) pairs, a problem's samples in their order) of `task`'s
     problems in the sandbox the task needs, `workers` programs at a time, and returns pass@k for
-    each k of `ks`. Once `cancel` is set, the programs not yet started are not run (the result
-    is marked cancelled)."""
+    each k of `ks`. Once `cancel` is set, the programs not yet started are not run (their
+    result: "failed: not run")."""
     write_jsonl(out / "samples.jsonl", ({"task_id": tid, "completion": code} for tid, code in samples))
     by_id = {str(p.task_id): p for p in task.problems}
     missing = [tid for tid, _ in samples if str(tid) not in by_id]
@@ -60,5 +59,4 @@ def score(task: Task, samples: Sequence[tuple[Any, str]], sandbox: Sandbox, ks: 
         c[1] += result == "passed"
     write_jsonl(out / "results.jsonl", records)
     per_problem = {k: (n, passed) for k, (n, passed) in counts.items()}
-    return Scores(mean_pass_at_k(per_problem.values(), ks), per_problem,
-                  cancelled=cancel is not None and cancel.is_set())
+    return Scores(mean_pass_at_k(per_problem.values(), ks), per_problem)
