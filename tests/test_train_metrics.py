@@ -56,7 +56,13 @@ def test_tokens_per_second_at_log_every_1_is_tokens_per_step_over_the_steps_wall
     assert len(ratios) >= steps - 5, appeared
     # saves (every 5 steps) fall between two records but are not step time: the median holds
     assert 0.8 <= statistics.median(ratios) <= 1.2, ratios
-    assert all(0 < rows[s]["mfu"] < 1 for s in range(2, steps + 1)), [rows[s]["mfu"] for s in rows]
+    # MFU is the logged rate over the host's peak, measured once at the start: one factor for every
+    # step. One step's MFU may pass 1 when the peak was measured while the other test worker was
+    # busy and the step ran on a quiet host; the median step is below the peak.
+    mfus = [rows[s]["mfu"] for s in range(2, steps + 1)]
+    factors = [rows[s]["mfu"] / rows[s]["tokens_per_second"] for s in range(2, steps + 1)]
+    assert all(m > 0 for m in mfus) and max(factors) - min(factors) <= 1e-9 * max(factors), mfus
+    assert statistics.median(mfus) < 1, mfus
 
 
 @pytest.mark.slow
