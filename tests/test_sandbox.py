@@ -348,9 +348,10 @@ def test_a_programs_processes_together_stay_within_the_memory_budget():
     result = done["result"]
     assert result.passed, result
     holding, touched = int(result.output.split()[1]), int(result.output.split()[3])
-    assert touched >= 1 and holding * (150 << 20) <= bound, (scope, result.output)
-    # a child the kernel is killing can still be alive beside the next child's new pages at the
-    # scan's end, so one child's worth over the bound is allowed (unbounded: 1.2 GiB)
+    # a child the kernel is killing can still be alive (not yet reapable) beside the next child's
+    # new pages, seen from inside as from outside, so one child's worth over the bound is allowed
+    # on both counts (unbounded: 8 children, 1.2 GiB)
+    assert touched >= 1 and holding * (150 << 20) <= bound + (150 << 20), (scope, result.output)
     assert peak <= bound + (150 << 20), (scope, peak >> 20)
 
 
