@@ -19,7 +19,8 @@ through a memfd it reads and closes before starting the candidate, and the check
 non-dumpable, so the candidate (same uid) can neither ptrace it nor open its /proc files.
 
 This module is the `Sandbox` itself (`jobs.py` holds what it runs, `binds.py` what it sees of the
-host, `cgroups.py` its memory cgroups, `pool.py` its worker slots). The sandbox (`bwrap`):
+host, `cgroups.py` its memory cgroups, `pool.py` its worker slots, `session.py` a live interpreter
+that keeps one sandbox for an agent episode, started by `Sandbox._start` as a run is). The sandbox (`bwrap`):
 - started with an empty environment (PATH, HOME, LANG set explicitly); `--as-pid-1`, so no
   bwrap process is inside the namespace, and the checker as pid 1 cannot be signalled from it;
 - a read-only allow-list of paths: /usr and the /bin, /sbin, /lib* entries (symlinks recreated
@@ -200,14 +201,51 @@ class Sandbox:
             *checker,
         ]
 
-    def _launcher(self, slot: int, mode: str, cgroup_procs: str) -> list[str]:
+    def _launcher(self, slot: int, mode: str, cgroup_procs: str, cpu_seconds: Optional[int] = None) -> list[str]:
         """The launcher's command (`programs/launcher.py`, by `-c`): it moves itself into the run's
         memory cgroup (if any), sets the rlimits (and, as root, drops to the slot's uid) and then
         execs the sandbox. Not a preexec_fn: forking a multithreaded process (JAX's) to run Python
-        code in the child can deadlock."""
-        uid = UID_BASE + slot if mode == "uid" else -1
-        return [sys.executable, "-I", "-S", "-c", LAUNCHER, str(int(self.timeout) + 1), str(self.address_space_bytes()),
-                str(self.file_bytes), str(self.max_processes), str(uid), cgroup_procs]
+        code in the child can deadlock. RLIMIT_CPU is `cpu_seconds` (default: the timeout + 1 s)."""
+        cpu = int(self.timeout) + 1 if cpu_seconds is None else cpu_seconds
+        return [sys.executable, "-I", "-S", "-c", LAUNCHER, str(cpu), str(self.address_space_bytes()),
+                str(self.file_bytes), str(self.max_processes), str(_uid(slot, mode)), cgroup_procs]
+
+    def _start(self, script: str, payload: dict, fds: Sequence[int], binds: Sequence[tuple[str, str]], slot: int,
+               mode: str, python: str, stderr: Any = None, cpu_seconds: Optional[int] = None) -> "_Box":
+        """Starts `script` as the sandbox's first process (`_launcher`, then `_argv`) and returns
+        at once: the run's memory cgroup (if any), its working directory (the unsafe mode's own
+        temporary one, else /tmp), the job memfd (the payload with "workdir", marshal; argv 1 of
+        the script) and bwrap's info pipe are made here; `fds` are the caller's descriptors that
+        the script gets after the memfd (argv 2...), left open. Raises OSError (after undoing what
+        it made) when the cgroup or the process cannot be made."""
+        cgroup = ""
+        if self._cgroup is not None:
+            cgroup = cgroup_create(*self._cgroup, f"easylemur-{os.getpid()}-{slot}-{secrets.token_hex(4)}",
+                                   self.memory_bytes)
+        job_fd = info_r = info_w = -1
+        workdir = ""
+        try:
+            job_fd = os.memfd_create("job", 0)
+            info_r, info_w = os.pipe()  # bwrap reports the pid of the sandbox's first process here
+            if mode == "none":
+                workdir = tempfile.mkdtemp(prefix="easylemur-unsafe-")
+                os.chmod(workdir, 0o755)
+            os.write(job_fd, marshal.dumps({**payload, "workdir": workdir or "/tmp"}, 4))  # version 4: any Python 3.4+
+            os.lseek(job_fd, 0, os.SEEK_SET)
+            procs = os.path.join(cgroup, "cgroup.procs") if cgroup else ""
+            argv = self._launcher(slot, mode, procs, cpu_seconds) + self._argv(python, script, [job_fd, *fds], mode,
+                                                                               info_w, binds)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=stderr if stderr is not None else subprocess.DEVNULL, env={},
+                                    pass_fds=(job_fd, info_w, *fds), start_new_session=True, cwd="/")
+        except BaseException:
+            _Box(None, info_r, cgroup, workdir).release()
+            raise
+        finally:
+            for fd in (job_fd, info_w):
+                if fd >= 0:
+                    os.close(fd)
+        return _Box(proc, info_r, cgroup, workdir)
 
     # ------------------------------------------------------------------ running
 
@@ -255,48 +293,30 @@ class Sandbox:
         """Runs `script` as the sandbox's pid 1 with the job in a memfd; returns (result,
         diagnostics, output, exit status). Output and status come only from a Program's runner."""
         token = secrets.token_hex(16)
-        cgroup = ""
-        if self._cgroup is not None:
-            try:
-                cgroup = cgroup_create(*self._cgroup, f"easylemur-{os.getpid()}-{slot}-{token[:8]}", self.memory_bytes)
-            except OSError as e:
-                return f"failed: cannot start the sandbox ({type(e).__name__})", str(e), "", None
-        job_fd = os.memfd_create("job", 0)
         out_fd = os.memfd_create("output", 0) if program is not None else -1
         result_r, result_w = os.pipe()  # the verdict; no other process in the sandbox holds it
-        info_r, info_w = os.pipe()  # bwrap reports the pid of the sandbox's first process here
-        workdir = tempfile.mkdtemp(prefix="easylemur-unsafe-") if mode == "none" else "/tmp"
-        if mode == "none":
-            os.chmod(workdir, 0o755)
+        box = None
         try:
-            payload = {**payload, "token": token, "workdir": workdir}
-            os.write(job_fd, marshal.dumps(payload, 4))  # version 4: read by any Python 3.4+
-            os.lseek(job_fd, 0, os.SEEK_SET)
             with tempfile.TemporaryFile() as err:
-                if mode == "uid":  # the sandbox's uid writes its stderr into this file
-                    os.fchown(err.fileno(), UID_BASE + slot, UID_BASE + slot)
+                uid = _uid(slot, mode)
+                if uid >= 0:  # the sandbox's uid writes its stderr into this file
+                    os.fchown(err.fileno(), uid, uid)
                     if out_fd >= 0:
-                        os.fchown(out_fd, UID_BASE + slot, UID_BASE + slot)
-                fds = [job_fd, result_w, info_w] + ([out_fd] if out_fd >= 0 else [])
-                procs = os.path.join(cgroup, "cgroup.procs") if cgroup else ""
-                argv = self._launcher(slot, mode, procs) + self._argv(python, script, fds[:2] + fds[3:], mode, info_w,
-                                                                       binds)
+                        os.fchown(out_fd, uid, uid)
                 try:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                            stderr=err if diagnose else subprocess.DEVNULL, env={},
-                                            pass_fds=tuple(fds), start_new_session=True, cwd="/")
+                    box = self._start(script, {**payload, "token": token}, [result_w] + ([out_fd] if out_fd >= 0 else []),
+                                      binds, slot, mode, python, stderr=err if diagnose else None)
                 except OSError as e:
                     return f"failed: cannot start the sandbox ({type(e).__name__})", str(e), "", None
                 finally:
-                    os.close(info_w)
                     os.close(result_w)
-                    os.close(job_fd)
+                    result_w = -1
                 try:
-                    code = proc.wait(timeout=timeout)
+                    code = box.proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     code = None
                 finally:
-                    _kill_sandbox(proc, info_r, timed_out=code is None)
+                    box.kill(timed_out=code is None)
                 tail = _tail(err) if diagnose else ""
             output, status = _read_output(out_fd, program) if program is not None else ("", None)
             if code is None:
@@ -304,14 +324,49 @@ class Sandbox:
             verdict = _read_verdict(result_r)
         finally:
             os.close(result_r)
-            os.close(info_r)
+            if result_w >= 0:
+                os.close(result_w)
             if out_fd >= 0:
                 os.close(out_fd)
-            if cgroup:
-                cgroup_remove(cgroup)
-            if mode == "none":
-                shutil.rmtree(workdir, ignore_errors=True)
+            if box is not None:
+                box.release()
         return _result(verdict, token, code, reason), tail, output, status
+
+
+@dataclasses.dataclass
+class _Box:
+    """A started sandbox (`Sandbox._start`): the launcher's process (bwrap once it has exec'd),
+    bwrap's info pipe, and what goes with the sandbox: its memory cgroup and the unsafe mode's
+    working directory ("" for none)."""
+
+    proc: Optional[subprocess.Popen]
+    info_r: int
+    cgroup: str
+    workdir: str
+
+    def kill(self, timed_out: bool = True) -> None:
+        """Ends every process of the sandbox and returns once they are gone (`_kill_sandbox`);
+        `timed_out` False only once the launcher's process has exited by itself."""
+        if self.proc is not None:
+            _kill_sandbox(self.proc, self.info_r, timed_out=timed_out)
+
+    def release(self) -> None:
+        """Closes the info pipe and removes the cgroup and the working directory, once the sandbox's
+        processes are gone (after kill()); idempotent."""
+        if self.info_r >= 0:
+            os.close(self.info_r)
+            self.info_r = -1
+        if self.cgroup:
+            cgroup_remove(self.cgroup)
+            self.cgroup = ""
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = ""
+
+
+def _uid(slot: int, mode: str) -> int:
+    """The uid a slot's sandbox runs as: `UID_BASE + slot` in the "uid" mode (as root), else -1 (the user's own)."""
+    return UID_BASE + slot if mode == "uid" else -1
 
 
 def _tail(err: Any) -> str:

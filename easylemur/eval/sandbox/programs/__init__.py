@@ -6,6 +6,8 @@ file a candidate could write:
 - `checker.py`: a Job's trusted checker, pid 1 of the sandbox: the tests and the verdict;
 - `candidate.py`: a Job's candidate process, the checker's child: runs the code, answers calls;
 - `runner.py`: a Program's trusted runner, pid 1 of the sandbox;
+- `repl.py`: a Session's IPython interpreter, pid 1 of its sandbox, untrusted (the cells run in
+  it): not standard library only, it imports IPython from the session's bound libraries;
 - `wire.py`: the checker's and the candidate's wire format, and `prelude.py`: what both pid-1
   programs do before anything else (non-dumpable, the job read from its memfd, every other
   descriptor closed). Neither is run alone: `program_text` puts a shared module's text in place
@@ -40,8 +42,9 @@ def program_text(name: str) -> str:
 
 
 # Read once: the host's launcher, and inside the sandbox a Job's checker (pid 1) and its
-# candidate's process, and a Program's runner (pid 1).
+# candidate's process, a Program's runner (pid 1) and a Session's interpreter (pid 1).
 LAUNCHER = program_text("launcher")
 CHECKER = program_text("checker")
 CANDIDATE = program_text("candidate")
 RUNNER = program_text("runner")
+REPL = program_text("repl")
