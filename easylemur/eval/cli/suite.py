@@ -68,13 +68,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--chat-template", metavar="FILE", default=None,
                         help="--checkpoint: chat in this Jinja template instead of the model's own (a base model has "
                              "none, and its chat rows are skipped without one)")
+    mint = parser.add_argument_group("MINT's agent rows (m_humaneval, ..., m_hotpotqa and their _fb rows)")
+    mint.add_argument("--turns", type=int, default=None,
+                      help="the largest turn budget K (default: the row's, 5); every budget k = 1..K is its own run, "
+                           "as MINT ran them")
+    mint.add_argument("--budgets", choices=("each", "one-run"), default=None,
+                      help="each (default): a run per budget k, MINT's method; one-run: read every k off one K-turn "
+                           "run (faster; labelled so in the table)")
+    mint.add_argument("--feedback-endpoint", default="",
+                      help="the critic of the _fb rows: an OpenAI-compatible base URL (the paper: GPT-4); without it "
+                           "those rows are skipped")
+    mint.add_argument("--feedback-model", default="", help="model id sent to --feedback-endpoint (default: its first)")
+    mint.add_argument("--feedback-api-key", default="", help="bearer token for --feedback-endpoint")
+    mint.add_argument("--wikipedia", default="online", metavar="online|off|FILE",
+                      help="MINT's wikipedia_search tool: the live Wikipedia API (default), off (its no-result text), "
+                           "or a JSONL file of {title, summary} pages searched offline")
     add_debug_flag(parser)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    for flag in ("limit", "concurrency", "max_tokens", "slots", "memory_mb"):
+    for flag in ("limit", "concurrency", "max_tokens", "slots", "memory_mb", "turns"):
         v = getattr(args, flag)
         if v is not None and v < 1:
             raise InputError(f"--{flag.replace('_', '-')} {v}: must be at least 1")

@@ -100,7 +100,8 @@ def _task_of(name: str, spec: dict, args: Any) -> Any:
     """The task object of a code or agent row, its data found by --data NAME=PATH (the row's
     name or its benchmark's), the row's own `data`, or the usual names under --data-dir."""
     bench = benchmark_name(spec)
-    explicit = next((args.data_map[k] for k in (name, bench, spec["benchmark"]) if k in args.data_map), None)
+    keys = (name, bench, spec["benchmark"], *registry.lookup(bench)[0].data)  # MINT's rows: also --data mint=DIR
+    explicit = next((args.data_map[k] for k in keys if k in args.data_map), None)
     data = registry.find_data(bench, explicit or spec.get("data"), args.data_dir)
     return registry.build(bench, data, spec.get("prompt_format", "base"))
 
@@ -154,7 +155,67 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     return row
 
 
+def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
+    """One of MINT's tasks by MINT's protocol (`benchmarks/mint/`): a run per turn budget k = 1..K
+    (MINT's maxK_pP runs; `budgets: one-run` reads every k off one K-step run instead), or with
+    natural-language feedback from a second model, MINT's feedback run at K. Each run's episodes
+    go to OUT/<row>/k=<k>/results.jsonl in MINT's own format."""
+    from easylemur.eval.backends.client import Client
+    from easylemur.eval.benchmarks.mint.protocol import FEEDBACK_MAX_TOKENS, MAX_TOKENS, run_budget, solved_within, \
+        success_rate
+    from easylemur.eval.benchmarks.mint.wikipedia import wikipedia_tool
+
+    turns = int(getattr(args, "turns", None) or spec.get("turns", 5))
+    budgets = str(getattr(args, "budgets", None) or spec.get("budgets", "each"))
+    feedback = str(spec.get("feedback", "none"))
+    if budgets not in ("each", "one-run") or feedback not in ("none", "llm"):
+        raise InputError(f"task {name!r}: budgets must be each or one-run, feedback none or llm")
+    max_tokens = int(spec.get("max_tokens", MAX_TOKENS))
+    seed = args.seed
+
+    def chat(messages: list, stop: Sequence[str]) -> str:
+        return access.client.chat(messages, max_tokens=max_tokens, temperature=0.0, seed=seed, stop=stop)
+
+    critic = None
+    if feedback == "llm":
+        if not getattr(args, "feedback_endpoint", None):
+            raise Skip("natural-language feedback needs --feedback-endpoint URL (MINT's critic was gpt-4-0613)")
+        fb = Client(args.feedback_endpoint, getattr(args, "feedback_model", "") or "",
+                    api_key=getattr(args, "feedback_api_key", "") or "")
+
+        def critic(messages: list, stop: Sequence[str]) -> str:
+            return fb.chat(messages, max_tokens=FEEDBACK_MAX_TOKENS, temperature=0.0, seed=seed, stop=stop)
+
+    tools = {}
+    if task.spec.tools:
+        tools[task.texts.wikipedia.name] = wikipedia_tool(task.texts.wikipedia, getattr(args, "wikipedia", "online"))
+    runs = [turns] if feedback == "llm" or budgets == "one-run" else list(range(1, turns + 1))
+    rates: dict[str, float] = {}
+    errors = 0
+    t = time.perf_counter()
+    for k in runs:
+        records = run_budget(task, chat, sandbox, k, feedback=critic, tools=tools, concurrency=args.concurrency,
+                             workers=args.workers)
+        (out / f"k={k}").mkdir(exist_ok=True)
+        write_jsonl(out / f"k={k}" / "results.jsonl", records)
+        errors += sum(r["state"]["terminate_reason"] == "error" for r in records)
+        if budgets == "one-run" and feedback == "none":
+            at = solved_within(records)
+            rates.update({f"success@{i}": at(i) for i in range(1, turns + 1)})
+        else:
+            rates[f"success@{k}"] = success_rate(records)
+    seconds = time.perf_counter() - t
+    return {"score": rates[f"success@{turns}"], "metric": f"success@{turns}", **rates, "n": len(task.problems),
+            "feedback": "llm" if critic else "none", "turns": turns,
+            "budgets": "one run" if budgets == "one-run" and feedback == "none" else "a run per budget",
+            "errors": errors, "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
+
+
 def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
+    from easylemur.eval.benchmarks.mint.tasks import MintTask
+
+    if isinstance(task, MintTask):
+        return run_mint(name, spec, task, access, sandbox, args, out)
     turns = int(spec.get("turns", 5))
     feedback = str(spec.get("feedback", "exec"))
     max_tokens = int(spec.get("max_tokens", args.max_tokens))

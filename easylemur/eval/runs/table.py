@@ -7,14 +7,19 @@ from typing import Any
 
 
 def mean_row(spec: dict, rows: dict[str, dict]) -> dict:
-    """The average of the rows `spec["of"]` names that ran (a partial one says which it lacks)."""
+    """The average of the rows `spec["of"]` names that ran (a partial one says which it lacks); with
+    `weighted`, over their problems (a micro average) instead of their scores."""
     parts = [rows[o] for o in spec["of"] if o in rows]
     scored = [r["score"] for r in parts if "skipped" not in r]
     if not scored:
         return {"skipped": "none of " + ", ".join(spec["of"]) + " ran"}
     missing = [o for o in spec["of"] if o not in rows or "skipped" in rows[o]]
-    row = {"score": sum(scored) / len(scored), "metric": "mean", "n": sum(r.get("n") or 0 for r in parts
-                                                                           if "skipped" not in r)}
+    ran = [r for r in parts if "skipped" not in r]
+    n = sum(r.get("n") or 0 for r in ran)
+    if spec.get("weighted") and n:  # a micro average: every problem of every row counts once (MINT's)
+        row = {"score": sum(r["score"] * (r.get("n") or 0) for r in ran) / n, "metric": "micro mean", "n": n}
+    else:
+        row = {"score": sum(scored) / len(scored), "metric": "mean", "n": n}
     if missing:
         row["partial"] = "without " + ", ".join(missing)
     return row
@@ -54,6 +59,9 @@ def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, 
             if "skipped" in r:
                 notes.append(f"{tasks[c].get('title', c)}: skipped: {r['skipped']}")
                 mine.append(f"skipped[^{len(notes)}]")
+            elif r.get("partial"):  # an average that lacks some of its rows: said in the table itself
+                notes.append(f"{tasks[c].get('title', c)}: partial: {r['partial']}")
+                mine.append(f"{_cell(r['score'])} (partial)[^{len(notes)}]")
             else:
                 mine.append(_cell(r["score"]))
         scored = [rows[c]["score"] for c in cols if "score" in rows[c]]
@@ -76,13 +84,16 @@ def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, 
         md.append("")
         out["tables"].append({"title": table["title"], "columns": cols, "model": {c: rows[c].get("score") for c in cols},
                               "reference": ref_rows})
-    turn_rows = [c for c in rows if "success@1" in rows[c]]
+    turn_rows = [c for c in rows if "turns" in rows[c] and "skipped" not in rows[c]]
     if turn_rows:
         k = max(rows[c]["turns"] for c in turn_rows)
-        md += ["## Success rate per turn budget (one run; solved within k turns)", "",
-               "| Task | feedback | " + " | ".join(f"k={i}" for i in range(1, k + 1)) + " |", "|" + "---|" * (k + 2)]
+        md += ["## Success rate per turn budget k", "",
+               "How: a run per budget is MINT's method (a separate run at each k); one run reads every k off "
+               "one run at the largest budget (solved within k turns).", "",
+               "| Task | feedback | how | " + " | ".join(f"k={i}" for i in range(1, k + 1)) + " |",
+               "|" + "---|" * (k + 3)]
         for c in turn_rows:
-            md.append(f"| {tasks[c].get('title', c)} | {rows[c]['feedback']} | "
+            md.append(f"| {tasks[c].get('title', c)} | {rows[c]['feedback']} | {rows[c].get('budgets', 'one run')} | "
                       + " | ".join(_cell(rows[c].get(f"success@{i}")) for i in range(1, k + 1)) + " |")
         md.append("")
     if notes:

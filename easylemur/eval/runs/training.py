@@ -20,10 +20,12 @@ A generation that raises is reported the same way. Only process 0 writes and che
 process generates (the parameters are sharded over all of them).
 
 The suite's other single-turn benchmarks (`ds1000`, `spider`, `multipl_e:LANG`, data under
-`eval.data_dir`) go the same way. Multi-turn ones (`m_humaneval`, `m_mbpp`, `m_gsm8k`,
+`eval.data_dir`) go the same way. Multi-turn ones (MINT's `m_humaneval` ... `m_hotpotqa`,
 `sql_agent`) cannot be split so: each turn needs the model, so their episodes run at the eval
 step (`backends/local_chat.LocalChat` decodes the waiting turns in one batch, the sandbox runs the actions
-between turns) and log `eval/NAME/success@k`; a single-process, chat-tuned run only.
+between turns) and log `eval/NAME/success@k`; a single-process, chat-tuned run only. MINT's
+tasks run by MINT's protocol (`benchmarks/mint/`) with every k read off one run at
+`eval.turns` (the suite runs each budget separately, as MINT did).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from ml_collections import ConfigDict
 
 from easylemur.config import LM_EVAL, ConfigError, task_eval_names
 from easylemur.eval.agent.episode import run_episodes, success_rates
+from easylemur.eval.benchmarks.mint.protocol import cut_at_stops, run_budget, solved_within
+from easylemur.eval.benchmarks.mint.tasks import MintTask
 from easylemur.eval.api import FORMATS, MissingData, parse_ks, write_jsonl
 from easylemur.eval.backends.samples import generate_samples
 from easylemur.eval.benchmarks import registry
@@ -190,20 +194,27 @@ class TaskEvals:
         context = self.model_cfg.max_position_embeddings
         chat = LocalChat(model, max_tokens=self.e.max_new_tokens, temperature=self.e.temperature,
                          batch_size=self.e.batch_size, seed=step, max_prompt_tokens=context - self.e.max_new_tokens)
+        out = self.root / f"step_{step}" / name
         try:
-            episodes = run_episodes(task, chat, task.sized(self.sandbox), concurrency=self.e.batch_size, turns=self.e.turns,
-                                    feedback=self.e.feedback)
+            if isinstance(task, MintTask):  # MINT's protocol, every k read off one run at eval.turns
+                records = run_budget(task, lambda m, stop: cut_at_stops(chat(m), stop), self.sandbox, self.e.turns,
+                                     concurrency=self.e.batch_size)
+                at = solved_within(records)
+                rates = {f"success@{k}": at(k) for k in range(1, self.e.turns + 1)}
+            else:
+                episodes = run_episodes(task, chat, task.sized(self.sandbox), concurrency=self.e.batch_size,
+                                        turns=self.e.turns, feedback=self.e.feedback)
+                records = [ep.record() for ep in episodes]
+                rates = success_rates(episodes, self.e.turns)
         except Exception as err:  # noqa: BLE001 - an eval never stops training
             self._failed(step, name, f"episodes failed: {type(err).__name__}: {err}")
             return
         finally:
             chat.close()
-        out = self.root / f"step_{step}" / name
         out.mkdir(parents=True, exist_ok=True)
-        write_jsonl(out / "episodes.jsonl", (ep.record() for ep in episodes))
-        rates = success_rates(episodes, self.e.turns)
+        write_jsonl(out / "episodes.jsonl", records)
         self.writer.write({"step": step, **{f"eval/{name}/{k}": v for k, v in rates.items()},
-                           f"eval/{name}/problems": len(episodes)})
+                           f"eval/{name}/problems": len(records)})
         print(f"eval {name} at step {step} ({time.perf_counter() - t:.1f}s, feedback {self.e.feedback}): "
               + ", ".join(f"{k} {v:.4f}" for k, v in rates.items()), flush=True)
 
