@@ -176,15 +176,14 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     def chat(messages: list, stop: Sequence[str]) -> str:
         return access.client.chat(messages, max_tokens=max_tokens, temperature=0.0, seed=seed, stop=stop)
 
-    critic = None
+    critic: Optional[Callable[[list, Sequence[str]], str]] = None
     if feedback == "llm":
         if not getattr(args, "feedback_endpoint", None):
             raise Skip("natural-language feedback needs --feedback-endpoint URL (MINT's critic was gpt-4-0613)")
         fb = Client(args.feedback_endpoint, getattr(args, "feedback_model", "") or "",
                     api_key=getattr(args, "feedback_api_key", "") or "")
-
-        def critic(messages: list, stop: Sequence[str]) -> str:
-            return fb.chat(messages, max_tokens=FEEDBACK_MAX_TOKENS, temperature=0.0, seed=seed, stop=stop)
+        critic = lambda messages, stop: fb.chat(messages, max_tokens=FEEDBACK_MAX_TOKENS,  # noqa: E731
+                                                temperature=0.0, seed=seed, stop=stop)
 
     tools = {}
     if task.spec.tools:

@@ -20,7 +20,6 @@ published numbers.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Union
 
 from easylemur.eval.sandbox import Job
@@ -186,5 +185,3 @@ def judge(kind: str, problem: Any, solution: str) -> Union[bool, Job]:
         return theoremqa(problem.reference, problem.answer_type, solution)
     raise ValueError(f"check kind {kind!r}")
 
-
-__all__ = ["judge", "options", "re"]

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from easylemur.eval.benchmarks.mint.tasks import MintProblem, MintTask
-from easylemur.eval.sandbox import Sandbox, SlotPool
+from easylemur.eval.sandbox import Sandbox, Session, SlotPool
 
 Chat = Callable[[list, Sequence[str]], str]  # (messages, stop words) -> the reply's text
 MAX_TOKENS = 512  # MINT's agent's max_tokens
@@ -80,7 +81,7 @@ class Episode:
         self.sandbox, self.slots, self.feedback, self.tools = sandbox, slots, feedback, tools or {}
         self.cell_timeout = cell_timeout
         self.state = MintState()
-        self.session: Any = None  # the episode's live interpreter (sandbox.Session), started at its first action
+        self.session: Optional[Session] = None  # the episode's live interpreter, started at its first action
         first = task.first_message(p, max_steps, max_proposals, feedback is not None)
         self.state.history = [{"role": "user", "content": first}]
         self.state.latest_output = {"content": first}
@@ -134,8 +135,6 @@ class Episode:
             self.state.agent_action_count["invalid_action"] += 1
             return self.texts.invalid_input
         if self.session is None:
-            from easylemur.eval.sandbox import Session
-
             self.session = Session(self.sandbox, tools=self.tools, cell_timeout=self.cell_timeout)
         out = self.session.run(code).strip()
         self.state.agent_action_count["use_tool"] += 1
@@ -207,8 +206,6 @@ def run_budget(task: MintTask, chat: Chat, sandbox: Sandbox, budget: int, *, fee
                tools: Optional[dict] = None, concurrency: int = 8, workers: int = 0, cell_timeout: float = 30.0,
                progress: Optional[Callable[[], None]] = None) -> list[dict]:
     """Every problem's episode at turn budget `budget`: MINT's results.jsonl records, in problem order."""
-    import os
-
     sandbox.check()
     slots = SlotPool(workers or os.cpu_count() or 1)
 
@@ -241,6 +238,3 @@ def solved_within(records: Sequence[dict]) -> Callable[[int], float]:
         return n / max(1, len(records))
     return at
 
-
-__all__ = ["Episode", "MAX_TOKENS", "FEEDBACK_MAX_TOKENS", "proposals_for", "run_budget", "success_rate",
-           "solved_within", "Any"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 
 from easylemur.eval.benchmarks.mint.files import MintFiles
 from easylemur.eval.benchmarks.mint.source import MintFilesError, assigned, strings, the_string
@@ -66,7 +67,7 @@ class MintTexts:
 
 @functools.lru_cache(maxsize=8)
 def _load(root: str, url: str) -> MintTexts:
-    files = MintFiles(__import__("pathlib").Path(root), url or None)
+    files = MintFiles(Path(root), url or None)
 
     def src(rel: str) -> tuple[str, str]:
         return files.text(rel), files.where(rel)
