@@ -34,6 +34,10 @@ from easylemur.eval.sandbox import Sandbox, Session, SlotPool
 
 Chat = Callable[[list, Sequence[str]], str]  # (messages, stop words) -> the reply's text
 MAX_TOKENS = 512  # MINT's agent's max_tokens
+# What a cell may import beyond the standard library: the scientific packages of MINT's own
+# environment (its requirements.txt: scipy, pandas, networkx, sympy, ...) with what they import,
+# those installed here (a model's `from scipy.stats import binom` works as it did in MINT's runs)
+MINT_LIBS = ("numpy", "sympy", "mpmath", "scipy", "pandas", "dateutil", "pytz", "tzdata", "six", "networkx")
 FEEDBACK_MAX_TOKENS = 1024  # MINT's feedback agent's
 
 
@@ -135,7 +139,7 @@ class Episode:
             self.state.agent_action_count["invalid_action"] += 1
             return self.texts.invalid_input
         if self.session is None:
-            self.session = Session(self.sandbox, tools=self.tools, cell_timeout=self.cell_timeout)
+            self.session = Session(self.sandbox, tools=self.tools, cell_timeout=self.cell_timeout, libs=MINT_LIBS)
         out = self.session.run(code).strip()
         self.state.agent_action_count["use_tool"] += 1
         return out
