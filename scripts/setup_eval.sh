@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that MultiPL-E's languages need to run in the evaluation sandbox
-# (easylemur/eval/benchmarks/multipl_e/languages.py), and bubblewrap itself. Idempotent: a tool or file already
-# present is skipped. Without apt-get, or when an install fails, it prints one line and goes on;
-# the tests that need the missing language are then skipped, with the reason.
+# (easylemur/eval/benchmarks/multipl_e/languages.py), bubblewrap itself, and MariaDB for InterCode-SQL.
+# Idempotent: a tool or file already present is skipped. Without apt-get, or when an install fails, it
+# prints one line and goes on; the tests that need the missing tool are then skipped, with the reason.
 set -uo pipefail
 updated=""
 apt_install() {  # CHECK PACKAGE...: CHECK is a command on PATH or an absolute file path
@@ -26,4 +26,6 @@ apt_install /usr/bin/rustc rustc
 apt_install bash bash
 apt_install perl perl
 apt_install /usr/share/perl5/Test/Deep.pm libtest-deep-perl
+# InterCode-SQL's engine (easylemur/eval/benchmarks/intercode_sql/server.py): a private MariaDB server per run
+apt_install /usr/sbin/mariadbd mariadb-server
 exit 0

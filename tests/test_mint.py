@@ -25,7 +25,7 @@ from easylemur.eval.benchmarks.mint import checks
 from easylemur.eval.benchmarks.mint.files import COMMIT
 from easylemur.eval.benchmarks.mint.protocol import run_budget, solved_within, success_rate
 from easylemur.eval.benchmarks.mint.replay import Replayer, serve
-from easylemur.eval.benchmarks.mint.source import MintFilesError
+from easylemur.eval.benchmarks.published import PublishedFilesError
 from easylemur.eval.benchmarks.mint.wikipedia import wikipedia_tool
 from easylemur.eval.sandbox import Sandbox
 
@@ -73,7 +73,7 @@ def test_every_text_the_model_sees_is_read_from_minTs_files(mint_dir, tmp_path):
     shutil.copytree(mint_dir, other)
     env = other / "mint/envs/general_env.py"
     env.write_text(env.read_text().replace("INVALID_INPUT_MESSAGE", "RENAMED"))
-    with pytest.raises(MintFilesError, match=r"general_env.py: no assignment to INVALID_INPUT_MESSAGE"):
+    with pytest.raises(PublishedFilesError, match=r"general_env.py: no assignment to INVALID_INPUT_MESSAGE"):
         registry.build("m_gsm8k", str(other))
     with pytest.raises(MissingData, match=r"not a copy of MINT's repository"):
         registry.build("m_gsm8k", str(tmp_path))

@@ -154,7 +154,9 @@ def test_task_eval_config_errors_name_the_key():
                            (["eval.tasks=humaneval"], "eval.every_tasks"),
                            (["eval.tasks=mbpp", "eval.every_tasks=5"], "eval.mbpp_data"),
                            (["eval.tasks=humaneval", "eval.every_tasks=5", "eval.k=1,10"], "eval.k"),
-                           (["eval.tasks=lm_eval:", "eval.every_tasks=5"], "eval.tasks")):
+                           (["eval.tasks=lm_eval:", "eval.every_tasks=5"], "eval.tasks"),
+                           # a MariaDB server per run: the suite's only
+                           (["eval.tasks=intercode_sql", "eval.every_tasks=5"], "eval suite --tasks intercode_sql` only")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             load_config("configs/tiny_pretrain.py", overrides)
 

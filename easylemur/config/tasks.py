@@ -45,8 +45,11 @@ def _check_task_evals(e: ConfigDict) -> None:
     if not e.every_tasks:
         raise ConfigError(f"eval.tasks={e.tasks!r} but eval.every_tasks=0; set how often they run")
     for name, bench in benchmarks:
+        if not bench.in_training:
+            raise ConfigError(f"eval.tasks has {name}: it runs in `python -m easylemur.eval suite --tasks {name}` only, "
+                              "not among a training run's evals")
         keys = [f"eval.{k}" for k in (bench.config_key, "data_dir") if k]
-        if not bench.shipped and not any(e[k[len("eval."):]] for k in keys):
+        if not (bench.shipped or bench.fetched) and not any(e[k[len("eval."):]] for k in keys):
             raise ConfigError(f"eval.tasks has {name} but {' and '.join(keys)} {'are' if len(keys) > 1 else 'is'} "
                               "empty; give its data")
     if e.lm_eval_limit < 0:

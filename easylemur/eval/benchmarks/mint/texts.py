@@ -9,8 +9,8 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from easylemur.eval.benchmarks.mint.files import MintFiles
-from easylemur.eval.benchmarks.mint.source import MintFilesError, assigned, strings, the_string
+from easylemur.eval.benchmarks.mint.files import MINT
+from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles, assigned, strings, the_string
 
 TEMPLATES = "mint/prompt/templates"
 EXAMPLES = "mint/tasks/in_context_examples"
@@ -47,7 +47,7 @@ class MintTexts:
     humaneval_prefix: str
     theoremqa_prefix: str
     wikipedia: Wikipedia
-    files: MintFiles = dataclasses.field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    files: RepoFiles = dataclasses.field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     def example(self, folder: str, feedback: bool) -> str:
         """A task's in-context example: with the expert's feedback in it when the run has feedback."""
@@ -60,29 +60,25 @@ class MintTexts:
         out = self.tool_header
         for i, name in enumerate(tools):
             if name != self.wikipedia.name:
-                raise MintFilesError(f"MINT has no tool {name!r} (its reasoning tasks use {self.wikipedia.name})")
+                raise PublishedFilesError(f"MINT has no tool {name!r} (its reasoning tasks use {self.wikipedia.name})")
             out += f"[{i + 1}] {self.wikipedia.signature}\n{self.wikipedia.description}\n"
         return out
 
 
 @functools.lru_cache(maxsize=8)
 def _load(root: str, url: str) -> MintTexts:
-    files = MintFiles(Path(root), url or None)
-
-    def src(rel: str) -> tuple[str, str]:
-        return files.text(rel), files.where(rel)
-
-    env, env_at = src("mint/envs/general_env.py")
-    types, types_at = src("mint/datatypes.py")
+    files = RepoFiles(MINT, Path(root), url or None)
+    env, env_at = files.tree("mint/envs/general_env.py")
+    types, types_at = files.tree("mint/datatypes.py")
     obs = strings(types, types_at, "StepOutput.to_str")
     if len(obs) != 8:
-        raise MintFilesError(f"{types_at}: StepOutput.to_str has {len(obs)} strings, MINT's pinned commit 8")
-    tools, tools_at = src("mint/tools/__init__.py")
-    wiki, wiki_at = src("mint/tools/wikipedia_search.py")
-    vllm, vllm_at = src("mint/agents/vllm_agent.py")
-    fb, fb_at = src("mint/agents/openai_feedback_agent.py")
-    code, code_at = src("mint/tasks/codegen.py")
-    reason, reason_at = src("mint/tasks/reasoning.py")
+        raise PublishedFilesError(f"{types_at}: StepOutput.to_str has {len(obs)} strings, MINT's pinned commit 8")
+    tools, tools_at = files.tree("mint/tools/__init__.py")
+    wiki, wiki_at = files.tree("mint/tools/wikipedia_search.py")
+    vllm, vllm_at = files.tree("mint/agents/vllm_agent.py")
+    fb, fb_at = files.tree("mint/agents/openai_feedback_agent.py")
+    code, code_at = files.tree("mint/tasks/codegen.py")
+    reason, reason_at = files.tree("mint/tasks/reasoning.py")
     name = assigned(wiki, wiki_at, "WikipediaQueryRun", "name")
     return MintTexts(
         template=files.text(f"{TEMPLATES}/template_with_tool.txt"),
@@ -106,6 +102,6 @@ def _load(root: str, url: str) -> MintTexts:
         files=files)
 
 
-def load_texts(files: MintFiles) -> MintTexts:
+def load_texts(files: RepoFiles) -> MintTexts:
     """MINT's texts from `files` (read once per copy)."""
     return _load(str(files.root), files.url or "")
