@@ -76,13 +76,17 @@ def test_aot_checks_on_a_host_without_chips_run_side_by_side():
         [e[-500:] for _, e in outs]
 
 
+# The 70B checks below stop each compile at the TPU compiler's memory verdict (--memory-only,
+# test_memory_only_gives_the_whole_compiles_answer): the same figures, 5 s of CPU where the whole
+# compile spends 100 s more generating code that changes none of them.
+
 @pytest.mark.slow
 @needs_libtpu
 def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
     """As a v4-512 TPU VM presents it: 256 megacore devices of 30.75 GiB. The TPU compiler's own
     peak leaves at least 68% of HBM free at fsdp 256 (MaxText's llama2-70b with the same
     layer-input offload: 70.9%; easylemur before down_proj was split on its mlp dimension: 64.9%)."""
-    rc, out = _aot("--accelerator", "v4-512")
+    rc, out = _aot("--accelerator", "v4-512", "--memory-only")
     assert (rc, out["devices"], out["chip_config"], out["topology"]) == (0, 256, "megacore", "v4:4x8x8"), out
     assert out["fits"] is True and out["batch"] == [512, 4096]
     assert out["hbm_bytes_per_device"] == 30.75 * GiB  # as the compiler states it
@@ -93,7 +97,8 @@ def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
     assert out["flops_per_device_per_step"] == flops_per_token(model_cfg, 4096) * 512 * 4096 / 256
     # tensor parallelism shards the residual stream too: without host offload, fsdp 64 x tensor
     # 4 fits (51.4 GiB, out of memory, when only the heads and the MLP were split; MaxText 20.9)
-    rc, out = _aot("--accelerator", "v4-512", "--config.mesh=data:1,fsdp:64,tensor:4", "--config.model.remat=full")
+    rc, out = _aot("--accelerator", "v4-512", "--config.mesh=data:1,fsdp:64,tensor:4", "--config.model.remat=full",
+                   "--memory-only")
     assert rc == 0 and out["mesh"] == {"data": 1, "fsdp": 64, "tensor": 4} and out["fits"] is True, out
     assert out["remat"] == "full" and out["peak_bytes_per_device"] <= 0.75 * out["hbm_bytes_per_device"], out
 
@@ -103,7 +108,7 @@ def test_lemur_70b_fits_v4_512_with_room_on_both_meshes():
 def test_lemur_on_llama31_70b_fits_v4_512():
     """The recipe on Llama-3.1-70B: a 128K vocabulary and 8192-token rows, one per device, still
     leave at least 35% of a v4 device's HBM free."""
-    rc, out = _aot("--accelerator", "v4-512", config="configs/lemur_llama3_70b_pretrain.py")
+    rc, out = _aot("--accelerator", "v4-512", "--memory-only", config="configs/lemur_llama3_70b_pretrain.py")
     assert rc == 0 and out["fits"] is True and out["batch"] == [256, 8192], out
     assert out["model_from"].startswith("preset 'llama3.1_70b'") and out["params"] > 70.5e9
     assert out["headroom"] >= 0.35, out
@@ -116,6 +121,29 @@ def test_lemur_70b_does_not_fit_v5e_2x2():
     assert out["devices"] == 4 and out["fits"] is False and rc == 1, out
     assert out["batch"] == [8, 4096] and out["chip_config"] == "default"
     assert out["peak_bytes_per_device"] > out["hbm_bytes_per_device"]
+    # the compiler's OOM comes before the point where --memory-only stops: the same answer
+    assert _aot("--topology", "v5e:2x2", "--config.train.batch_size", "8", "--memory-only") == (rc, out)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_memory_only_gives_the_whole_compiles_answer():
+    """--memory-only stops the compile once the TPU compiler has checked the step against HBM (the
+    memory-usage report, live ranges and buffer assignment are final there; code generation
+    follows): the whole compile's JSON, verdict, peak and peak buffers alike, but for
+    memory_analysis, which needs the finished executable."""
+    tiny = ["--topology", "v5e:2x2", "--memory-detail", "--config.model.num_layers=2", f"--config.data.seq_len={TINY_T}",
+            "--config.train.batch_size=8", "--config.model.attention=blockwise"]
+    rc, whole = _aot(*tiny, config="configs/tiny_pretrain.py")
+    fast_rc, fast = _aot(*tiny, "--memory-only", config="configs/tiny_pretrain.py")
+    assert rc == fast_rc == 0 and whole["fits"] is True and whole.pop("memory_analysis")["generated_code"] > 0, whole
+    assert fast.pop("memory_only") is True and fast.pop("memory_analysis") is None, fast  # stopped before code generation
+    assert fast == whole
+    from easylemur.train.aot import main
+
+    with pytest.raises(SystemExit) as refused:  # --cost reads the finished executable
+        main(["--config", "configs/tiny_pretrain.py", "--topology", "v5e:2x2", "--memory-only", "--cost"])
+    assert refused.value.code == 2
 
 
 def test_aot_compiles_the_model_train_resolves(tmp_path):

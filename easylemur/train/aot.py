@@ -19,6 +19,10 @@ stderr.
 With --cost, a "cost" object (step_cost: FLOPs, HBM bytes, collective bytes, host offload and
 a roofline step time per device, an estimate) and a short table on stderr.
 
+With --memory-only, the compile stops once the compiler has decided whether the step fits
+(`memory_only`): the same verdict and figures, in seconds instead of minutes for a 70B step,
+without generating the program's code ("memory_analysis": null, "memory_only": true).
+
 A compile-time HBM OOM is an answer (fits: false), not a crash. Exit status: 0 fits, 1 does not
 fit, 2 bad arguments.
 """
@@ -31,10 +35,12 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from easylemur.errors import InputError, add_debug_flag
 from easylemur.train.peak_buffers import compiler_peak_bytes_of, memory_detail, memory_detail_table
@@ -169,12 +175,16 @@ def compiler_peak_bytes(dump_dir: str, module: str = "jit_step") -> Optional[int
 
 
 def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, accelerator: Optional[str] = None,
-                         cost: bool = False, num_slices: Optional[int] = None, detail: bool = False) -> dict:
+                         cost: bool = False, num_slices: Optional[int] = None, detail: bool = False,
+                         dump_to: Optional[str] = None, announce: Optional[Callable[[dict, Optional[float]], None]] = None,
+                         ) -> dict:
     """Compiles the train step `train` would run for `cfg` (same model config resolution,
     same step builder) for `topology` as a TPU VM presents it, and reports its memory against
     the device's HBM; with `cost`, also the step's estimated cost (`step_cost`); with `detail`,
     the buffers live at the compiler's peak (`memory_detail`, also when the step does not fit).
-    `num_slices` slices of the topology (default: the mesh's dcn_data) make a multi-slice job."""
+    `num_slices` slices of the topology (default: the mesh's dcn_data) make a multi-slice job.
+    `dump_to`: the compiler's dump goes there (default: a temporary directory); `announce(result,
+    hbm)` is called with what is known before the compile starts (`memory_only` uses both)."""
     from easylemur import sharding
     from easylemur.train.metrics import flops_per_token
     from easylemur.train.step import build_train_step
@@ -193,7 +203,10 @@ def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, 
               "device_kind": devices[0].device_kind, "mesh": dict(mesh.shape), "params": model_cfg.num_params(),
               "model_from": model_from, "batch": [B, T], "attention": model_cfg.attention,
               "remat": model_cfg.remat, "flops_per_step": flops, "flops_per_device_per_step": flops / len(devices)}
-    with tempfile.TemporaryDirectory(prefix="easylemur-aot-") as dump:
+    if announce is not None:
+        announce(result, hbm)
+    with tempfile.TemporaryDirectory(prefix="easylemur-aot-") as tmp:
+        dump = dump_to or tmp
         try:
             compiled = train_step.lower(B, T, mesh).compile({"xla_dump_to": dump})
         except Exception as e:  # XLA raises a runtime error for compile-time OOM
@@ -214,13 +227,62 @@ def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, 
                        + analysis["generated_code"])
     # The verdict is the TPU compiler's: it checks its peak against HBM and fails the compile
     # (handled above) when the program does not fit.
-    result = {**result, "peak_bytes_per_device": peak, "hbm_bytes_per_device": hbm,
-              "headroom": 1 - peak / hbm if peak and hbm else None, "fits": True, "memory_analysis": analysis}
+    result = _fits(result, peak, hbm, analysis)
     if detail:
         result["peak_buffers"] = buffers
     if cost:
         result["cost"] = step_cost(cfg, model_cfg, mesh, compiled, topology.split(":")[0], B, T)
     return result
+
+
+def _fits(result: dict, peak: Optional[int], hbm: Optional[float], analysis: Optional[dict]) -> dict:
+    return {**result, "peak_bytes_per_device": peak, "hbm_bytes_per_device": hbm,
+            "headroom": 1 - peak / hbm if peak and hbm else None, "fits": True, "memory_analysis": analysis}
+
+
+# The TPU compiler checks the step's memory against HBM at buffer assignment (a compile-time
+# OOM is raised there, before this file is written) and writes this file right after it; by
+# then the memory-usage report, live ranges and buffer assignment are final. What follows is
+# code generation (LLO scheduling, register allocation, bundle packing): about 98% of the
+# compile of a 70B step (about 95 s of CPU on a CPU host, against 2 s up to here), and it
+# changes none of those files (docs/design.md, "TPU AOT").
+_FITS_MARK = "*jit_step*after_optimizations_after_buffer_assignment.txt"
+_STATIC, _CHILD_OUT = "easylemur-aot-static.json", "easylemur-aot-stdout.txt"
+
+
+def memory_only(argv: Sequence[str], detail: bool = False) -> tuple[int, Optional[dict]]:
+    """`python -m easylemur.aot ARGV` (without --memory-only) stopped once the compiler has passed
+    its HBM check: (exit status, result). The compile runs in a child process (a fresh
+    interpreter, so the program is the one the plain command compiles), dumping into a directory
+    of ours; the child is killed when the compiler has written `_FITS_MARK`, and the result is
+    the plain command's (the same peak from the same memory-usage report, the same `fits`, the
+    same `peak_buffers`) without "memory_analysis", which needs the finished executable. A child
+    that ends first (a compile-time OOM, an error, or a compile done before the mark was seen)
+    answers for itself: its result as printed (None, its error on stderr, if it printed none)."""
+    with tempfile.TemporaryDirectory(prefix="easylemur-aot-") as dump:
+        with open(os.path.join(dump, _CHILD_OUT), "w") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "easylemur.aot", *argv, "--memory-only-dump", dump],
+                                    stdout=out)
+        stopped = False
+        try:
+            while proc.poll() is None and not glob.glob(os.path.join(dump, _FITS_MARK)):
+                time.sleep(0.05)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                stopped = True
+            rc = proc.wait()
+        if not stopped:  # it ended by itself
+            lines = [line for line in Path(dump, _CHILD_OUT).read_text().splitlines() if line.startswith("{")]
+            return rc, json.loads(lines[-1]) if lines else None
+        known = json.loads(Path(dump, _STATIC).read_text())
+        peak = compiler_peak_bytes(dump)
+        if peak is None:
+            raise RuntimeError(f"the TPU compiler passed buffer assignment but wrote no memory-usage report in {dump}")
+        result = {**_fits(known["result"], peak, known["hbm"], None), "memory_only": True}
+        if detail:
+            result["peak_buffers"] = memory_detail(dump)
+        return 0, result
 
 
 def _xla_cost(compiled) -> dict:
@@ -392,19 +454,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--memory-detail", action="store_true",
                         help="also list the buffers live at the compiler's peak in HBM (the largest 25, with shape, "
                         "layout and tile padding) and their totals; adds a 'peak_buffers' object and a table on stderr")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="stop the compile once the TPU compiler has checked the step's memory against HBM (the "
+                        "same verdict and figures, seconds instead of minutes for a 70B step); the program's code is "
+                        "not generated, so no 'memory_analysis' and no --cost")
+    parser.add_argument("--memory-only-dump", help=argparse.SUPPRESS)  # memory_only's child: dump there
     add_debug_flag(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, cfg = cli_config(parser, argv)
     if args.num_slices is not None and args.num_slices < 1:
         parser.error(f"--num-slices must be at least 1, got {args.num_slices}")
+    if args.memory_only and args.cost:
+        parser.error("--cost reads the finished executable; it does not go with --memory-only")
     if args.accelerator:
         if args.chip_config:
             parser.error("--chip-config goes with --topology; --accelerator implies the chip config its VMs run")
         topology, chip_config = accelerator_topology(args.accelerator)
     else:
         topology, chip_config = args.topology, args.chip_config
+    if args.memory_only and not args.memory_only_dump:  # (the child compiles as the plain command does)
+        rc, result = memory_only([a for a in argv if a != "--memory-only"], detail=args.memory_detail)
+        if result is None or "memory_only" not in result:  # the child answered: its tables are on stderr already
+            if result is not None:
+                print(json.dumps(result), flush=True)
+            return rc
+        if "peak_buffers" in result:
+            print(memory_detail_table(result["peak_buffers"]), file=sys.stderr, flush=True)
+        print(json.dumps(result), flush=True)
+        return 0
+
+    def announce(known: dict, hbm: Optional[float]) -> None:
+        Path(args.memory_only_dump, _STATIC).write_text(json.dumps({"result": known, "hbm": hbm}))
+
     try:
         result = compile_for_topology(cfg, topology, chip_config, args.accelerator, cost=args.cost,
-                                      num_slices=args.num_slices, detail=args.memory_detail)
+                                      num_slices=args.num_slices, detail=args.memory_detail,
+                                      dump_to=args.memory_only_dump, announce=announce if args.memory_only_dump else None)
     except InputError:
         raise
     except Exception as e:
