@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--mint", required=True, help="a clone of MINT's repository")
     ap.add_argument("--model", default="lemur-70b-chat-v1", help="a model of MINT's data/outputs")
     ap.add_argument("--out", default="", help="where the suite writes (default: a temporary directory)")
+    ap.add_argument("--checks", choices=("pinned", "paper"), default="pinned",
+                    help="MINT's checks at the pinned commit, or as the published transcripts were scored")
     args = ap.parse_args()
     mint = Path(args.mint).resolve()
     outputs = mint / "data" / "outputs" / args.model
@@ -56,7 +58,8 @@ def main() -> None:
         out = Path(args.out or Path(tmp) / "out")
         rows = list(TASKS) + [t + "_fb" for t in TASKS]
         cmd = [sys.executable, "-m", "easylemur.eval", "suite", "--endpoint", url, "--tasks", ",".join(rows),
-               "--feedback-endpoint", url, "--data-dir", str(data), "--wikipedia", "off", "--out", str(out), "--force"]
+               "--feedback-endpoint", url, "--data-dir", str(data), "--wikipedia", "off", "--out", str(out), "--force",
+               "--mint-checks", args.checks]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         report = []
         for row in rows:

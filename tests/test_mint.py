@@ -24,6 +24,7 @@ from easylemur.eval.benchmarks import registry
 from easylemur.eval.benchmarks.mint import checks
 from easylemur.eval.benchmarks.mint.files import COMMIT
 from easylemur.eval.benchmarks.mint.protocol import run_budget, solved_within, success_rate
+from easylemur.eval.benchmarks.mint.tasks import MintProblem
 from easylemur.eval.benchmarks.mint.replay import Replayer, serve
 from easylemur.eval.benchmarks.published import PublishedFilesError
 from easylemur.eval.benchmarks.mint.wikipedia import wikipedia_tool
@@ -82,6 +83,8 @@ def test_every_text_the_model_sees_is_read_from_minTs_files(mint_dir, tmp_path):
 def test_reasoning_and_multiple_choice_checks_follow_minTs_rules(mint_dir):
     assert checks.reasoning("42", " 43 ") and not checks.reasoning("42", "45")  # within 5% of the reference
     assert checks.reasoning("paris", "it is paris, france") and not checks.reasoning("paris", "lyon")
+    # the paper's rules (as its transcripts were scored, before MINT's fix): a negative reference never matched
+    assert checks.reasoning("-4.0", "-4") and not checks.reasoning("-4.0", "-4", "paper")
     mmlu = registry.build("m_mmlu", str(mint_dir)).problems[0]
     assert mmlu.options == {"a": "6", "b": "121", "c": "18107", "d": "54,320"}
     assert checks.multiple_choice("c", mmlu.options, "C")
@@ -103,6 +106,9 @@ def test_theoremqa_and_code_checks_run_in_the_sandbox_and_cheats_fail(mint_dir, 
              (tq["float"], "type('F', (float,), {'__eq__': lambda s, o: True})(0)", False)]
     for p, answer, want in cases:
         assert (sandbox.run(checks.judge("theoremqa", p, answer)) == "passed") is want, (p.answer_type, answer)
+    option = MintProblem("9", "Which is it?", "a", answer_type="option")  # an option answer, as MINT's files have
+    assert sandbox.run(checks.judge("theoremqa", option, "a) f is increasing")) == "passed"
+    assert sandbox.run(checks.judge("theoremqa", option, "a) f is increasing", "paper")) != "passed"  # before cc4fbc1
     p = he.problems[0]
     assert sandbox.run(he.judge(p, "def add(a, b):\n    return a + b")) == "passed"
     assert sandbox.run(he.judge(p, "def add(a, b):\n    return a - b")) != "passed"

@@ -80,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
                            "those rows are skipped")
     mint.add_argument("--feedback-model", default="", help="model id sent to --feedback-endpoint (default: its first)")
     mint.add_argument("--feedback-api-key", default="", help="bearer token for --feedback-endpoint")
+    mint.add_argument("--mint-checks", choices=("pinned", "paper"), default=None,
+                      help="pinned (default): MINT's answer checks at its pinned commit; paper: as they were when the "
+                           "transcripts the Lemur paper quotes were scored (before MINT fixed negative references and "
+                           "TheoremQA's option letters), to set a figure beside the paper's")
     mint.add_argument("--wikipedia", default="online", metavar="online|off|FILE",
                       help="MINT's wikipedia_search tool: the live Wikipedia API (default), off (its no-result text), "
                            "or a JSONL file of {title, summary} pages searched offline")

@@ -161,6 +161,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     natural-language feedback from a second model, MINT's feedback run at K. Each run's episodes
     go to OUT/<row>/k=<k>/results.jsonl in MINT's own format."""
     from easylemur.eval.backends.client import Client
+    from easylemur.eval.benchmarks.mint.checks import RULES
     from easylemur.eval.benchmarks.mint.protocol import FEEDBACK_MAX_TOKENS, MAX_TOKENS, run_budget, solved_within, \
         success_rate
     from easylemur.eval.benchmarks.mint.wikipedia import wikipedia_tool
@@ -168,8 +169,11 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     turns = int(getattr(args, "turns", None) or spec.get("turns", 5))
     budgets = str(getattr(args, "budgets", None) or spec.get("budgets", "each"))
     feedback = str(spec.get("feedback", "none"))
-    if budgets not in ("each", "one-run") or feedback not in ("none", "llm"):
-        raise InputError(f"task {name!r}: budgets must be each or one-run, feedback none or llm")
+    rules = str(getattr(args, "mint_checks", None) or spec.get("checks", "pinned"))
+    if budgets not in ("each", "one-run") or feedback not in ("none", "llm") or rules not in RULES:
+        raise InputError(f"task {name!r}: budgets must be each or one-run, feedback none or llm, checks "
+                         f"{' or '.join(RULES)}")
+    task.rules = rules
     max_tokens = int(spec.get("max_tokens", MAX_TOKENS))
     seed = args.seed
 
@@ -206,7 +210,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     seconds = time.perf_counter() - t
     return {"score": rates[f"success@{turns}"], "metric": f"success@{turns}", **rates, "n": len(task.problems),
             "feedback": "llm" if critic else "none", "turns": turns,
-            "budgets": "one run" if budgets == "one-run" and feedback == "none" else "a run per budget",
+            "budgets": "one run" if budgets == "one-run" and feedback == "none" else "a run per budget", "checks": rules,
             "errors": errors, "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
 
 

@@ -6,6 +6,11 @@ published numbers.
   (MINT: `exec(solution + "\n" + tests)`, 10 s); here the code runs in the sandbox's candidate
   process and the tests in its checker, the candidate's results crossing the pipe as data, so
   a proposal can fail the tests but never forge a pass.
+- `rules`: "pinned" (MINT's checks at the pinned commit, the default) or "paper" (as they were
+  when the transcripts the Lemur paper quotes were scored, 2023-09: before MINT's 3f7f12c, a
+  negative reference's 5% tolerance was negative, so no answer matched it; before its cc4fbc1,
+  a TheoremQA option answer "(a)" did not match the reference "a"). MINT re-scored some
+  models' files after cc4fbc1 (Llama-2-70B-Chat's), not Lemur-70B-Chat's.
 - reasoning (M-GSM8K, M-MATH, M-HotpotQA): the lowercased, stripped answer against the
   lowercased reference: as numbers within 5% of the reference where both read as floats,
   else the reference must occur in the answer.
@@ -30,17 +35,19 @@ THEOREMQA_LIBS = ("numpy", "sympy", "mpmath")
 
 # ------------------------------------------------------------------ reasoning (host)
 
-def _close_or_contained(reference: str, answer: str) -> bool:
+def _close_or_contained(reference: str, answer: str, rules: str = "pinned") -> bool:
     try:
         float(reference)
         float(answer)
-        return abs(float(reference) - float(answer)) <= 0.05 * abs(float(reference))
+        # the paper's rules: before MINT's 3f7f12c a negative reference had a negative tolerance
+        tolerance = 0.05 * (float(reference) if rules == "paper" else abs(float(reference)))
+        return abs(float(reference) - float(answer)) <= tolerance
     except ValueError:
         return reference in answer
 
 
-def reasoning(reference: str, solution: str) -> bool:
-    return _close_or_contained(reference, solution.lower().strip())
+def reasoning(reference: str, solution: str, rules: str = "pinned") -> bool:
+    return _close_or_contained(reference, solution.lower().strip(), rules)
 
 
 # ------------------------------------------------------------------ multiple choice (host)
@@ -106,7 +113,7 @@ def _normalise(p):
     p = p.replace(" x ", "*").replace(" × ", "*")
     if re.match(r"^[-+]?(\d{1,3}(,\d{3})*|(\d+))(\.\d+)?$", p): p = p.replace(",", "")
     for letter in "abcd":
-        if letter + ")" in p or letter + " )" in p or p.lower().strip() == letter:
+        if letter + ")" in p or letter + " )" in p or LETTER_CASE(p).strip() == letter:
             p = "(" + letter + ")"
     if "(a)" in p or "(b)" in p or "(c)" in p or "(d)" in p:
         p = '"' + re.search(r"\([a-d]\)", p).group(0) + '"'
@@ -151,7 +158,7 @@ def _numbers(p, gt):
 ok = False
 if isinstance(prediction, (str, int, float, list)):
     if ANSWER_TYPE in ["bool", "option", "Option"]:
-        ok = prediction == "(" + str(GT) + ")" or prediction == GT
+        ok = (prediction == "(" + str(GT) + ")" and not PAPER_RULES) or prediction == GT
     elif ANSWER_TYPE in ("integer", "float"):
         ok = _number(prediction, GT)
     elif ANSWER_TYPE in ["list of integer", "list of float"]:
@@ -162,26 +169,33 @@ assert ok
 '''
 
 
-def theoremqa(reference: Any, answer_type: str, solution: str) -> Job:
-    """The check as a sandbox Job: the proposal's value computed on the candidate's side, compared on the checker's."""
-    return Job(code=_PARSE.replace("SOLUTION", repr(solution)),
-               tests=_COMPARE.replace("ANSWER_TYPE", repr(answer_type)).replace("GT", repr(reference)),
-               libs=THEOREMQA_LIBS)
+def theoremqa(reference: Any, answer_type: str, solution: str, rules: str = "pinned") -> Job:
+    """The check as a sandbox Job: the proposal's value computed on the candidate's side, compared
+    on the checker's. The paper's rules (before MINT's cc4fbc1): an option letter is matched as
+    written (not lowercased) and compared with the bare reference letter only."""
+    paper = rules == "paper"
+    # the data's values go in last, so no text of theirs is taken for a placeholder
+    return Job(code=_PARSE.replace("LETTER_CASE", "str" if paper else "str.lower").replace("SOLUTION", repr(solution)),
+               tests=_COMPARE.replace("PAPER_RULES", repr(paper)).replace("ANSWER_TYPE", repr(answer_type))
+               .replace("GT", repr(reference)), libs=THEOREMQA_LIBS)
 
 
 def code(solution: str, tests: str) -> Job:
     return Job(code=solution, tests=tests)
 
 
-def judge(kind: str, problem: Any, solution: str) -> Union[bool, Job]:
+RULES = ("pinned", "paper")  # MINT's checks at the pinned commit, or as they were when the paper's transcripts were scored
+
+
+def judge(kind: str, problem: Any, solution: str, rules: str = "pinned") -> Union[bool, Job]:
     """A proposal's check: decided here (a bool) or a Job for the sandbox."""
     if kind == "code":
         return code(solution, problem.reference)
     if kind == "reasoning":
-        return reasoning(problem.reference, solution)
+        return reasoning(problem.reference, solution, rules)
     if kind == "multiple_choice":
         return multiple_choice(problem.reference, problem.options, solution)
     if kind == "theoremqa":
-        return theoremqa(problem.reference, problem.answer_type, solution)
+        return theoremqa(problem.reference, problem.answer_type, solution, rules)
     raise ValueError(f"check kind {kind!r}")
 

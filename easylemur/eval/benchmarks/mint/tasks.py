@@ -76,6 +76,7 @@ class MintTask:
         files.text(rel)  # present (fetched if need be) before it is read as JSONL
         self.problems = [_problem(self.spec, self.texts, row, where) for where, row in read_jsonl(files.root / rel)]
         self.skipped: list = []
+        self.rules = "pinned"  # checks.RULES: MINT's checks at the pinned commit, or as the paper's runs were scored
 
     def first_message(self, p: MintProblem, max_steps: int, max_proposals: int, feedback: bool) -> str:
         """MINT's one user message: instructions, turn budget, tools, in-context example, task."""
@@ -86,7 +87,7 @@ class MintTask:
             task_prompt=self.texts.task_header + p.prompt)
 
     def judge(self, p: MintProblem, solution: str) -> Any:
-        return checks.judge(self.spec.check, p, solution)
+        return checks.judge(self.spec.check, p, solution, self.rules)
 
     def record(self, p: MintProblem) -> dict:
         """The task as MINT's results.jsonl writes it."""
