@@ -285,7 +285,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
 
     (tmp_path / "chatml.jinja").write_text(CHAT_TEMPLATE)
     proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
-                           "--suite", "lemur", "--limit", "2", "--turns", "2", "--wikipedia", "off",
+                           "--suite", "lemur", "--limit", "1", "--turns", "2", "--budgets", "one-run", "--wikipedia", "off",
                            "--data-dir", str(data), "--out", str(out),
                            "--max-tokens", "8", "--workers", "2", "--slots", "4", "--concurrency", "4",
                            "--chat-template", str(tmp_path / "chatml.jinja")],
@@ -301,7 +301,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
         assert rows[name]["skipped"].startswith("lm-eval"), rows[name]
     assert rows["m_humaneval_fb"]["skipped"].startswith("natural-language feedback needs --feedback-endpoint")
     records = (out / "m_gsm8k" / "k=2" / "results.jsonl").read_text().splitlines()
-    assert len(records) == 2 and all(json.loads(r)["state"]["finished"] for r in records)
+    assert len(records) == 1 and all(json.loads(r)["state"]["finished"] for r in records)
     assert "| **" in (out / "table.md").read_text()
     # a local lm-eval task scored by --model easylemur in process: lm-eval's own score of the checkpoint
     suite, tasks = _mc_suite(tmp_path)

@@ -93,7 +93,7 @@ def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, 
                "| Task | feedback | how | " + " | ".join(f"k={i}" for i in range(1, k + 1)) + " |",
                "|" + "---|" * (k + 3)]
         for c in turn_rows:
-            md.append(f"| {tasks[c].get('title', c)} | {rows[c]['feedback']} | {rows[c].get('budgets', 'one run')} | "
+            md.append(f"| {tasks[c].get('title', c)} | {rows[c].get('feedback', '—')} | {rows[c].get('budgets', 'one run')} | "
                       + " | ".join(_cell(rows[c].get(f"success@{i}")) for i in range(1, k + 1)) + " |")
         md.append("")
     if notes:
