@@ -95,6 +95,7 @@ def test_reasoning_and_multiple_choice_checks_follow_minTs_rules(mint_dir):
         checks.multiple_choice("e", mmlu.options, "B")
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_theoremqa_and_code_checks_run_in_the_sandbox_and_cheats_fail(mint_dir, sandbox):
     tq = {p.answer_type: p for p in registry.build("m_theoremqa", str(mint_dir)).problems}
@@ -174,6 +175,7 @@ def test_an_episode_is_minTs_dialogue_to_the_character_and_a_replay_gives_its_su
     assert replayer.past_end == 0 and replayer.unknown == 0
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_the_suite_runs_a_run_per_budget_and_an_endpoint_error_ends_the_episode(mint_dir, tmp_path):
     """`eval suite` on MINT rows: k = 1 and k = 2 are separate runs (k = 1 allows one proposal),
