@@ -77,6 +77,9 @@ class MintState:
 
 
 class Episode:
+    """One episode of `task` on problem `p` at a budget of `max_steps` steps and `max_proposals`
+    proposals, as MINT's GeneralEnv plays it (the module's docstring); `play(chat)` runs it."""
+
     def __init__(self, task: MintTask, p: MintProblem, *, max_steps: int, max_proposals: int, sandbox: Sandbox,
                  slots: SlotPool, feedback: Optional[Chat] = None, tools: Optional[dict] = None,
                  cell_timeout: float = 30.0):
