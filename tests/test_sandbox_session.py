@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from test_sandbox import _processes_with  # the one /proc scan of the sandbox tests
 
 from easylemur.errors import InputError, RunError
 from easylemur.eval.sandbox import Sandbox, Session
@@ -43,18 +44,6 @@ def sandbox():
 
 def _session(sandbox, **kw) -> Session:
     return Session(sandbox, **{"cell_timeout": LIMIT, "grace": 3.0, **kw})
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(int(pid))
-            except OSError:
-                pass
-    return found
 
 
 def test_cells_share_state_and_read_as_mint_shows_them(sandbox):

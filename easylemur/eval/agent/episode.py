@@ -154,16 +154,23 @@ def run_episodes(task: AgentTask, chat: Callable[[list[dict]], str], sandbox: Sa
     previous turn's observation is ready) while sandbox work runs beside the decoding."""
     sandbox.check()
     slots = SlotPool(sandbox_workers or os.cpu_count() or 1)
+    return in_threads(lambda p: run_episode(task, p, chat, sandbox, slots, **kw), task.problems, concurrency, progress)
 
-    def one(p: Any) -> Episode:
+
+def in_threads(play: Callable[[Any], Any], problems: Sequence[Any], concurrency: int,
+               progress: Optional[Callable[[], None]] = None) -> list[Any]:
+    """`play(p)` for every problem, `concurrency` episodes at a time, in the problems' order;
+    `progress()` after each (every agent protocol runs its episodes so: the SQL agent's, MINT's,
+    InterCode-SQL's)."""
+    def one(p: Any) -> Any:
         try:
-            return run_episode(task, p, chat, sandbox, slots, **kw)
+            return play(p)
         finally:
             if progress is not None:
                 progress()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        return list(pool.map(one, task.problems))
+        return list(pool.map(one, problems))
 
 
 def success_rates(episodes: Sequence[Episode], turns: int) -> dict[str, float]:

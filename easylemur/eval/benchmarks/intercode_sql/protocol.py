@@ -28,9 +28,9 @@ The record of an episode is InterCode's own log entry ({"environment", "dataset"
 
 from __future__ import annotations
 
-import concurrent.futures
 from typing import Any, Callable, Optional, Sequence
 
+from easylemur.eval.agent.episode import in_threads
 from easylemur.eval.benchmarks.intercode_sql.parser import parse_action
 from easylemur.eval.benchmarks.intercode_sql.reward import reward as score
 from easylemur.eval.benchmarks.intercode_sql.task import IcProblem, InterCodeSqlTask
@@ -163,21 +163,16 @@ def run_budget(task: InterCodeSqlTask, chat: Chat, engine: Any, budget: int = TU
 
     def one(p: IcProblem) -> dict:
         try:
-            try:
-                session = engine.session(p.db)
-            except Exception as e:  # noqa: BLE001 - e.g. a database missing from SQLite's folder: every query fails
-                session = _NoDatabase(f"{type(e).__name__}: {e}")
-            try:
-                return play(task, p, chat, session, turns=budget, dialogue_limit=dialogue_limit, handicap=handicap,
-                            policy=policy, engine=engine.name)
-            finally:
-                session.close()
+            session = engine.session(p.db)
+        except Exception as e:  # noqa: BLE001 - e.g. a database missing from SQLite's folder: every query fails
+            session = _NoDatabase(f"{type(e).__name__}: {e}")
+        try:
+            return play(task, p, chat, session, turns=budget, dialogue_limit=dialogue_limit, handicap=handicap,
+                        policy=policy, engine=engine.name)
         finally:
-            if progress is not None:
-                progress()
+            session.close()
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        return list(pool.map(one, task.problems))
+    return in_threads(one, task.problems, concurrency, progress)
 
 
 def success_rate(records: Sequence[dict]) -> float:

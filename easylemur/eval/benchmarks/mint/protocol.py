@@ -23,12 +23,12 @@ The record of an episode is MINT's own `results.jsonl` line ({"state": ..., "tas
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 import re
 from typing import Callable, Optional, Sequence
 
+from easylemur.eval.agent.episode import in_threads
 from easylemur.eval.benchmarks.mint.tasks import MintProblem, MintTask
 from easylemur.eval.sandbox import Sandbox, Session, SlotPool
 
@@ -217,16 +217,11 @@ def run_budget(task: MintTask, chat: Chat, sandbox: Sandbox, budget: int, *, fee
     slots = SlotPool(workers or os.cpu_count() or 1)
 
     def one(p: MintProblem) -> dict:
-        try:
-            ep = Episode(task, p, max_steps=budget, max_proposals=proposals_for(budget), sandbox=sandbox, slots=slots,
-                         feedback=feedback, tools=tools, cell_timeout=cell_timeout)
-            return {"state": dataclasses.asdict(ep.play(chat)), "task": task.record(p)}
-        finally:
-            if progress is not None:
-                progress()
+        ep = Episode(task, p, max_steps=budget, max_proposals=proposals_for(budget), sandbox=sandbox, slots=slots,
+                     feedback=feedback, tools=tools, cell_timeout=cell_timeout)
+        return {"state": dataclasses.asdict(ep.play(chat)), "task": task.record(p)}
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        return list(pool.map(one, task.problems))
+    return in_threads(one, task.problems, concurrency, progress)
 
 
 def success_rate(records: Sequence[dict]) -> float:

@@ -73,8 +73,7 @@ class MintTask:
         self.name, self.spec = f"m_{folder}", TASKS[folder]
         self.texts = load_texts(files)
         rel = f"data/processed/{self.spec.folder}/test_prompts.json"
-        files.text(rel)  # present (fetched if need be) before it is read as JSONL
-        self.problems = [_problem(self.spec, self.texts, row, where) for where, row in read_jsonl(files.root / rel)]
+        self.problems = [_problem(self.spec, self.texts, row, where) for where, row in read_jsonl(files.path(rel))]
         self.skipped: list = []
         self.rules = "pinned"  # checks.RULES: MINT's checks at the pinned commit, or as the paper's runs were scored
 
