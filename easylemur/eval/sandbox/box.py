@@ -270,19 +270,28 @@ class Sandbox:
         return result, tail
 
     def _run_program(self, program: Program, slot: int, mode: str, python: str, timeout: float) -> ProgramResult:
-        files = [(name, data.encode() if isinstance(data, str) else bytes(data)) for name, data in program.files]
-        for name, _ in files:
-            if not name or name.startswith("/") or ".." in name.split("/"):
-                raise InputError(f"sandbox program file {name!r}: expected a relative path inside the working dir")
         libs = list(lib_binds(tuple(program.libs))) if program.libs else []
         binds = libs + [(p, p) for p in program.ro_paths if os.path.exists(p)]
-        env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **dict(program.env)}
-        if libs:
-            env["PYTHONPATH"] = _lib_path(libs, mode) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        steps = [[python if a == PYTHON else str(a) for a in argv] for argv in program.steps]
-        payload = {"files": files, "steps": steps,
-                   "marker": program.end_marker, "env": env, "output_bytes": int(program.output_bytes),
-                   "executable": list(program.executable)}
+
+        def stage(files: tuple, steps: tuple, env: tuple) -> dict:
+            data = [(name, d.encode() if isinstance(d, str) else bytes(d)) for name, d in files]
+            for name, _ in data:
+                if not name or name.startswith("/") or ".." in name.split("/"):
+                    raise InputError(f"sandbox program file {name!r}: expected a relative path inside the working dir")
+            full = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **dict(env)}
+            if libs:
+                full["PYTHONPATH"] = _lib_path(libs, mode) + (":" + full["PYTHONPATH"] if full.get("PYTHONPATH") else "")
+            return {"files": data, "steps": [[python if a == PYTHON else str(a) for a in argv] for argv in steps],
+                    "env": full}
+
+        payload = {**stage(program.files, program.steps, program.env), "marker": program.end_marker,
+                   "output_bytes": int(program.output_bytes), "executable": list(program.executable), "judge": None}
+        if program.judge is not None:
+            j = program.judge
+            if not j.values or "/" in j.values or j.values in (".", ".."):
+                raise InputError(f"sandbox judge values file {j.values!r}: expected a plain file name")
+            payload["judge"] = {**stage(j.files, j.steps, j.env), "marker": j.end_marker, "values": j.values,
+                                "values_bytes": int(j.values_bytes)}
         result, _, output, status = self._spawn(RUNNER, payload, binds, slot, mode, python, timeout, False,
                                                 program, _PROGRAM_REASON)
         return ProgramResult(result, output, status)

@@ -60,6 +60,30 @@ class Program:
     # host paths bound read-only at the same place: a toolchain's configuration outside /usr (Debian's
     # JDK reads /etc/java-17-openjdk); chosen by the harness, never by the program
     ro_paths: tuple = ()
+    # the trusted second stage that holds the tests, run after every process of the program is gone
+    # (`Judge`); None: the program's own exit status and end marker are the verdict
+    judge: Optional["Judge"] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Judge:
+    """The trusted stage of a sealed Program: the tests, in a process that never shares the
+    sandbox with the program's code. The program (the candidate's code and a driver that calls
+    it) writes the values the tests compare into the file `values` of its working directory; when
+    its steps are done the runner kills every process left in the sandbox, empties /tmp and
+    /dev/shm, writes `files` and those values (a regular file, at most `values_bytes`; a missing
+    one is empty) into a fresh working directory and runs `steps` there with `env` (HOME and
+    TMPDIR inside it). The run passes when every step of both stages exits 0 and the judge's last
+    step printed `end_marker`. What crosses is data the judge parses: the tests' expected values
+    never exist while the candidate's code runs, and nothing it defines, patches or leaves
+    running reaches the comparison."""
+
+    files: tuple = ()  # ((name, str | bytes), ...)
+    steps: tuple = ()  # ((argv0, arg, ...), ...): a compile step, then the tests
+    end_marker: str = ""
+    env: tuple = ()
+    values: str = "values"  # the file's name, in both working directories
+    values_bytes: int = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
