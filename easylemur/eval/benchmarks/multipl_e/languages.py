@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import importlib
+import importlib.util
 import os
 import shutil
 from typing import Optional
@@ -203,7 +205,24 @@ def with_marker(lang: Language, prompt: str, completion: str, tests: str, marker
 
 def build_program(lang: Language, prompt: str, completion: str, tests: str, where: str = "",
                   marker: str = "") -> Program:
-    """The sandbox Program that judges `completion` of a MultiPL-E problem in `lang`."""
+    """The sandbox Program that judges `completion` of a MultiPL-E problem in `lang`: sealed
+    (`seals/<lang>.py`: the candidate's calls in one process, the tests in a trusted judge)
+    where the language has a seal, else `single_process_program`."""
+    seal = _seal(lang)
+    if seal is not None:
+        return seal.program(lang, prompt, completion, tests, where)
+    return single_process_program(lang, prompt, completion, tests, where, marker)
+
+
+def _seal(lang: Language):
+    name = f"easylemur.eval.benchmarks.multipl_e.seals.{lang.name}"
+    return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
+
+
+def single_process_program(lang: Language, prompt: str, completion: str, tests: str, where: str = "",
+                           marker: str = "") -> Program:
+    """MultiPL-E's program text with the end marker (`with_marker`), run as one process: how the
+    reference harness runs it (bench/ times the seals against it)."""
     marker = marker or new_marker()
     text = with_marker(lang, prompt, completion, tests, marker, where)
     return Program(files=((lang.file, text),), steps=tuple(resolve(s) for s in (*lang.compile, lang.run)),
