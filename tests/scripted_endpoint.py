@@ -4,21 +4,30 @@ it from a real server (same routes, same JSON), so what it asserts is the harnes
 
     with ScriptedEndpoint(chat=lambda messages: "...", complete=lambda prompt: "...") as ep:
         Client(ep.url) ...
+
+`faults(request, attempt)` (the request's path and body; attempt 0, 1, ... for the same request)
+may name a fault to answer with instead: "500", "malformed" (a 200 whose body is cut JSON),
+"empty" (`{"choices": []}`), "drop" (the connection closed without an answer) or "stall" (the
+answer comes only after `stall_s` seconds).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
 
 class ScriptedEndpoint:
     def __init__(self, chat: Optional[Callable[[list], str]] = None, complete: Optional[Callable[[object], str]] = None,
-                 model: str = "scripted"):
-        self.chat, self.complete, self.model = chat, complete, model
+                 model: str = "scripted", faults: Optional[Callable[[dict, int], Optional[str]]] = None,
+                 stall_s: float = 3.0):
+        self.chat, self.complete, self.model, self.faults, self.stall_s = chat, complete, model, faults, stall_s
         self.requests: list[dict] = []
+        self.attempts: dict[str, int] = {}
+        self.injected: list[str] = []
         self.lock = threading.Lock()
         outer = self
 
@@ -42,8 +51,33 @@ class ScriptedEndpoint:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                request = {"path": self.path, **body}
+                key = json.dumps(request, sort_keys=True)
                 with outer.lock:
-                    outer.requests.append({"path": self.path, **body})
+                    outer.requests.append(request)
+                    attempt = outer.attempts[key] = outer.attempts.get(key, -1) + 1
+                fault = outer.faults(request, attempt) if outer.faults else None
+                if fault:
+                    with outer.lock:
+                        outer.injected.append(fault)
+                if fault == "500":
+                    self._send(500, {"error": {"message": "injected"}})
+                    return
+                if fault == "empty":
+                    self._send(200, {"object": "text_completion", "choices": []})
+                    return
+                if fault == "malformed":
+                    data = b'{"choices": [{"index": 0, "te'
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if fault == "drop":  # HTTP/1.0: the connection closes with no answer written
+                    return
+                if fault == "stall":
+                    time.sleep(outer.stall_s)
                 if body.get("model") != outer.model:
                     self._send(404, {"error": {"message": f"model {body.get('model')!r} not found"}})
                 elif self.path == "/v1/chat/completions" and outer.chat:
@@ -57,7 +91,11 @@ class ScriptedEndpoint:
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address) -> None:  # a client that gave up on a stall
+                pass
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 

@@ -27,6 +27,7 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from easylemur.errors import InputError
+from easylemur.eval.backends.client import EndpointLost
 from easylemur.eval.agent.actions import OBSERVATION_CHARS, clip, parse_reply
 from easylemur.eval.agent.task import AgentTask
 from easylemur.eval.sandbox import Sandbox, SlotPool
@@ -59,7 +60,7 @@ class Episode:
     task_id: Any
     turns: list[Turn] = dataclasses.field(default_factory=list)
     solved_at: Optional[int] = None  # the turn whose proposal was accepted
-    end: str = ""  # "solved", "wrong answers", "turns exhausted", "gave up", "error: ..."
+    end: str = ""  # "solved", "wrong answers", "turns exhausted", "gave up", "error: ...", "lost: ..."
     messages: list[dict] = dataclasses.field(default_factory=list)
 
     def record(self) -> dict:
@@ -83,6 +84,9 @@ def run_episode(task: AgentTask, p: Any, chat: Callable[[list[dict]], str], sand
     for i in range(1, turns + 1):
         try:
             reply = chat(ep.messages)
+        except EndpointLost as e:  # no answer after every retry: not the model's, never scored
+            ep.end = f"lost: {e}"
+            return ep
         except Exception as e:  # noqa: BLE001 - one episode's failure is recorded, the run goes on
             ep.end = f"error: {type(e).__name__}: {e}"
             return ep
@@ -174,7 +178,20 @@ def in_threads(play: Callable[[Any], Any], problems: Sequence[Any], concurrency:
 
 
 def success_rates(episodes: Sequence[Episode], turns: int) -> dict[str, float]:
-    """{"success@k": share of episodes solved within k turns} for k = 1..turns."""
+    """{"success@k": share of the episodes the endpoint answered that were solved within k
+    turns} for k = 1..turns (a lost episode is no measurement of the model)."""
+    episodes = [e for e in episodes if not e.end.startswith("lost")]
     n = max(1, len(episodes))
     return {f"success@{k}": sum(e.solved_at is not None and e.solved_at <= k for e in episodes) / n
             for k in range(1, turns + 1)}
+
+
+def lost(record: dict) -> str:
+    """Why an agent protocol's record (MINT's, InterCode's) was lost to the endpoint ("" if it was
+    not): the record's `easylemur.lost`, set when a request got no answer after every retry."""
+    return str((record.get("easylemur") or {}).get("lost") or "")
+
+
+def answered(records: Sequence[dict]) -> list[dict]:
+    """The records an agent protocol scores: those not lost to the endpoint."""
+    return [r for r in records if not lost(r)]

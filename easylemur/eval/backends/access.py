@@ -26,11 +26,18 @@ class ModelAccess:
             self.server.shutdown()
 
 
+def client_options(args: Any) -> dict:
+    """The client's fault handling from the command line: --request-timeout, --retries."""
+    return {"timeout": float(getattr(args, "request_timeout", None) or 600.0),
+            "retries": int(5 if getattr(args, "retries", None) is None else args.retries)}
+
+
 def open_model(args: Any) -> ModelAccess:
     """The access that `args` asks for: `endpoint` (with `model`, `api_key`), or `checkpoint`
     (with `dtype`, `step`, `chat_template`, `slots`, `max_len`)."""
     if args.endpoint:
-        client = Client(args.endpoint, model=args.model or "", api_key=args.api_key or os.environ.get("OPENAI_API_KEY", ""))
+        client = Client(args.endpoint, model=args.model or "", api_key=args.api_key or os.environ.get("OPENAI_API_KEY", ""),
+                        **client_options(args))
         return ModelAccess(client, client.model)
     from easylemur.generate.api import load
     from easylemur.serve.server import Server
@@ -46,5 +53,5 @@ def open_model(args: Any) -> ModelAccess:
     server = Server(loaded, port=0, slots=args.slots, max_len=args.max_len)
     server.warmup()
     server.start()
-    client = Client(f"http://127.0.0.1:{server.port}/v1", model=server.service.name)
+    client = Client(f"http://127.0.0.1:{server.port}/v1", model=server.service.name, **client_options(args))
     return ModelAccess(client, server.service.name, loaded, server)

@@ -53,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="--endpoint: the model's HF tokenizer (a dir or hub name) for lm-eval's loglikelihood rows")
     parser.add_argument("--lm-eval-include", default="", help="a directory of lm-eval task YAMLs (local tasks and data)")
     parser.add_argument("--api-key", default="", help="bearer token for --endpoint (default: $OPENAI_API_KEY)")
+    parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="seconds one request to the model may take before it is tried again (a hung endpoint)")
+    parser.add_argument("--retries", type=int, default=5,
+                        help="tries after the first for a request that got a 5xx, 429, a dropped connection, a timeout "
+                             "or a malformed body; then the sample or episode is counted lost, never scored")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (episodes, prompts)")
     parser.add_argument("--workers", type=int, default=0, help="sandboxed programs at once (default: the core count)")
     parser.add_argument("--max-tokens", type=int, default=512, help="tokens per reply unless a task sets max_tokens")

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from easylemur.errors import InputError
+from easylemur.eval.agent.episode import lost as lost_reason
 from easylemur.eval.agent.episode import run_episodes, success_rates
 from easylemur.eval.api import parse_ks, write_jsonl
 from easylemur.eval.backends.access import ModelAccess
-from easylemur.eval.backends.client import EndpointError
+from easylemur.eval.backends.client import EndpointError, EndpointLost
 from easylemur.eval.benchmarks import registry
 from easylemur.eval.runs.scoring import score
 from easylemur.eval.runs.table import mean_row
@@ -40,8 +41,25 @@ SUITES_DIR = Path(__file__).parent / "suites"
 KINDS = ("code", "agent", "lm_eval", "mean")  # mean: the average of other rows (MultiPL-E over languages)
 
 
+# A row that lost more than this share of its samples or episodes to the endpoint (no answer
+# after every retry) is marked incomplete in the table; below it the lost ones are counted beside
+# the score, which is over the rest.
+INCOMPLETE_LOST_FRACTION = 0.05
+
+
 class Skip(Exception):
     """A task that cannot run here: its row says why."""
+
+
+def lost_fields(lost: int, total: int) -> dict:
+    """A row's account of what the endpoint lost: `lost` of `total` requests' samples or episodes."""
+    if not lost:
+        return {"lost": 0}
+    row: dict[str, Any] = {"lost": lost, "lost_of": total}
+    if lost > INCOMPLETE_LOST_FRACTION * total:
+        row["incomplete"] = (f"{lost} of {total} lost to endpoint errors (more than "
+                             f"{100 * INCOMPLETE_LOST_FRACTION:.0f}%)")
+    return row
 
 
 # ------------------------------------------------------------------ the suite as data
@@ -137,19 +155,27 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
         try:
             text = access.client.complete(body, max_tokens=max_tokens, temperature=temperature, seed=args.seed + i,
                                           stop=stops)
-        except EndpointError as e:  # e.g. a prompt past the model's context: that sample fails, counted
-            errors.append(f"{p.task_id}: {e}")
+        except EndpointLost as e:  # no answer after every retry: the sample is lost, never judged
+            lost.append(f"{p.task_id}: lost: {e}")
+            return None
+        except EndpointError as e:  # a refusal (e.g. a prompt past the model's context): that sample fails
+            refused.append(f"{p.task_id}: refused: {e}")
             return ""
         return task.extract(p, truncate_at_stops(text, stops))
 
-    errors: list[str] = []
+    lost: list[str] = []
+    refused: list[str] = []
     codes = _pool_map(one, rows, args.concurrency)
-    if errors:
-        (out / "errors.txt").write_text("\n".join(errors) + "\n")
-    scores = score(task, [(p.task_id, code) for (p, _), code in zip(rows, codes)], sandbox, [k for k in ks if k <= n],
-                   out, workers=args.workers).pass_at
+    if lost or refused:
+        (out / "errors.txt").write_text("\n".join(lost + refused) + "\n")
+    answered = [(p.task_id, code) for (p, _), code in zip(rows, codes) if code is not None]
+    if not answered:
+        raise Skip(f"every one of {len(rows)} requests was lost to endpoint errors (first: {lost[0]})")
+    judged = score(task, answered, sandbox, [k for k in ks if k <= n], out, workers=args.workers)
+    scores = judged.pass_at
     row = {"score": scores["pass@1"] if "pass@1" in scores else next(iter(scores.values())), "metric": "pass@1",
-           **scores, "n": len(task.problems), "samples_per_problem": n, "endpoint_errors": len(errors)}
+           **scores, "n": len(judged.counts), "samples_per_problem": n, "refused": len(refused),
+           **lost_fields(len(lost), len(rows))}
     if task.skipped:  # DS-1000: problems of libraries the sandbox does not have, counted
         row["skipped_problems"] = task.skip_counts()
     return row
@@ -160,6 +186,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     (MINT's maxK_pP runs; `budgets: one-run` reads every k off one K-step run instead), or with
     natural-language feedback from a second model, MINT's feedback run at K. Each run's episodes
     go to OUT/<row>/k=<k>/results.jsonl in MINT's own format."""
+    from easylemur.eval.backends.access import client_options
     from easylemur.eval.backends.client import Client
     from easylemur.eval.benchmarks.mint.checks import RULES
     from easylemur.eval.benchmarks.mint.protocol import FEEDBACK_MAX_TOKENS, MAX_TOKENS, run_budget, solved_within, \
@@ -185,7 +212,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
         if not getattr(args, "feedback_endpoint", None):
             raise Skip("natural-language feedback needs --feedback-endpoint URL (MINT's critic was gpt-4-0613)")
         fb = Client(args.feedback_endpoint, getattr(args, "feedback_model", "") or "",
-                    api_key=getattr(args, "feedback_api_key", "") or "")
+                    api_key=getattr(args, "feedback_api_key", "") or "", **client_options(args))
         critic = lambda messages, stop: fb.chat(messages, max_tokens=FEEDBACK_MAX_TOKENS,  # noqa: E731
                                                 temperature=0.0, seed=seed, stop=stop)
 
@@ -194,14 +221,15 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
         tools[task.texts.wikipedia.name] = wikipedia_tool(task.texts.wikipedia, getattr(args, "wikipedia", "online"))
     runs = [turns] if feedback == "llm" or budgets == "one-run" else list(range(1, turns + 1))
     rates: dict[str, float] = {}
-    errors = 0
+    errors = lost = 0
     t = time.perf_counter()
     for k in runs:
         records = run_budget(task, chat, sandbox, k, feedback=critic, tools=tools, concurrency=args.concurrency,
                              workers=args.workers)
         (out / f"k={k}").mkdir(exist_ok=True)
         write_jsonl(out / f"k={k}" / "results.jsonl", records)
-        errors += sum(r["state"]["terminate_reason"] == "error" for r in records)
+        lost += sum(bool(lost_reason(r)) for r in records)
+        errors += sum(r["state"]["terminate_reason"] == "error" and not lost_reason(r) for r in records)
         if budgets == "one-run" and feedback == "none":
             at = solved_within(records)
             rates.update({f"success@{i}": at(i) for i in range(1, turns + 1)})
@@ -211,7 +239,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     return {"score": rates[f"success@{turns}"], "metric": f"success@{turns}", **rates, "n": len(task.problems),
             "feedback": "llm" if critic else "none", "turns": turns,
             "budgets": "one run" if budgets == "one-run" and feedback == "none" else "a run per budget", "checks": rules,
-            "errors": errors, "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
+            "errors": errors, **lost_fields(lost, len(task.problems) * len(runs)), "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
 
 
 def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any,
@@ -271,6 +299,7 @@ def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, san
             "n": len(records), "engine": engine_name, "engine_note": difference, "turns": turns,
             "dialogue_limit": limit, "handicap": handicap, "policy": policy,
             "errors": sum(bool(r.get("easylemur", {}).get("errors")) for r in records),
+            **lost_fields(sum(bool(lost_reason(r)) for r in records), len(records)),
             "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
 
 
@@ -300,6 +329,7 @@ def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sa
     errors = sum(e.end.startswith("error") for e in episodes)
     return {"score": rates[f"success@{turns}"], "metric": f"success@{turns}", **rates, "n": len(episodes),
             "feedback": feedback, "turns": turns, "errors": errors,
+            **lost_fields(sum(e.end.startswith("lost") for e in episodes), len(episodes)),
             "episodes_per_minute": round(60 * len(episodes) / max(seconds, 1e-9), 2)}
 
 

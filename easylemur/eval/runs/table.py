@@ -21,7 +21,11 @@ def mean_row(spec: dict, rows: dict[str, dict]) -> dict:
     else:
         row = {"score": sum(scored) / len(scored), "metric": "mean", "n": n}
     if missing:
-        row["partial"] = "without " + ", ".join(missing)
+        row["partial"] = f"mean of {len(ran)} of {len(spec['of'])}: " + ", ".join(
+            o for o in spec["of"] if o in rows and "skipped" not in rows[o]) + "; without " + ", ".join(missing)
+    lost = sum(r.get("lost") or 0 for r in ran)
+    if lost:
+        row["lost"], row["lost_of"] = lost, sum(r.get("lost_of") or 0 for r in ran)
     return row
 
 
@@ -35,6 +39,41 @@ def _cell(v: Any) -> str:
 def _ref(v: Any) -> str:
     """A reference figure (the paper's, already in %)."""
     return "—" if v is None else f"{v:.1f}" if round(v, 1) == v else f"{v:.2f}"
+
+
+def _mark(notes: list, new: list) -> str:
+    """Footnote marks for `new` notes, appended to `notes`."""
+    marks = ""
+    for note in new:
+        notes.append(note)
+        marks += f"[^{len(notes)}]"
+    return marks
+
+
+def _caveats(r: dict) -> list[str]:
+    """What a scored row's figure leaves out: a partial mean's parts, lost and refused requests,
+    agent episodes that ended in an error, problems skipped and why."""
+    out = []
+    if r.get("partial"):
+        out.append(f"partial: {r['partial']}")
+    if r.get("lost"):
+        out.append(f"{r['lost']} of {r.get('lost_of', '?')} samples or episodes lost to endpoint errors (no answer "
+                   f"after every retry), left out of the score" + (": incomplete" if r.get("incomplete") else ""))
+    if r.get("refused"):
+        out.append(f"{r['refused']} requests refused by the endpoint (e.g. a prompt past the context), scored as failures")
+    if r.get("errors"):
+        out.append(f"{r['errors']} episodes ended in an error action (scored as unsolved)")
+    for why, count in (r.get("skipped_problems") or {}).items():  # DS-1000's, per reason
+        out.append(f"{count} problem{'s' if count != 1 else ''} skipped: {why}")
+    return out
+
+
+def _samples(r: dict) -> str:
+    """A cell of the samples row: the problems (or items) scored, and what was lost."""
+    if "skipped" in r:
+        return "0"
+    n = str(r.get("n") or "—")
+    return n + (f" (+{r['lost']} lost)" if r.get("lost") else "")
 
 
 def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, dict]:
@@ -55,17 +94,21 @@ def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, 
         md += [f"## {table['title']}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         mine = []
         for c in cols:
-            r = rows[c]
+            r, title = rows[c], tasks[c].get("title", c)
             if "skipped" in r:
-                notes.append(f"{tasks[c].get('title', c)}: skipped: {r['skipped']}")
-                mine.append(f"skipped[^{len(notes)}]")
-            elif r.get("partial"):  # an average that lacks some of its rows: said in the table itself
-                notes.append(f"{tasks[c].get('title', c)}: partial: {r['partial']}")
-                mine.append(f"{_cell(r['score'])} (partial)[^{len(notes)}]")
-            else:
-                mine.append(_cell(r["score"]))
-        scored = [rows[c]["score"] for c in cols if "score" in rows[c]]
-        my_avg = (_cell(sum(scored) / len(scored)) + ("" if len(scored) == len(cols) else " (partial)")) if scored else "—"
+                mine.append("skipped" + _mark(notes, [f"{title}: skipped: {r['skipped']}"]))
+                continue
+            # what table.json knows and a bare figure would hide, said in the cell and its footnotes
+            flag = " (partial)" if r.get("partial") else " (incomplete)" if r.get("incomplete") else ""
+            mine.append(_cell(r["score"]) + flag + _mark(notes, [f"{title}: {x}" for x in _caveats(r)]))
+        scored = [c for c in cols if "score" in rows[c]]
+        my_avg = "—"
+        if scored and avg:
+            my_avg = _cell(sum(rows[c]["score"] for c in scored) / len(scored))
+            if len(scored) < len(table["columns"]):  # an average over fewer columns than the table's
+                my_avg += " (partial)" + _mark(notes, [
+                    f"{table['title']}: Avg over {len(scored)} of {len(table['columns'])} columns: "
+                    + ", ".join(tasks[c].get("title", c) for c in scored)])
         md.append("| " + " | ".join([f"**{model}**"] + mine + ([my_avg] if avg else [])) + " |")
         ref_rows = {}
         for ref_name, ref in refs.items():
@@ -79,8 +122,7 @@ def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, 
             md.append("| " + " | ".join([ref_name + " (paper)"] + [_ref(v) for v in vals]
                                         + ([_ref(ref_avg)] if avg else [])) + " |")
             ref_rows[ref_name] = dict(zip(cols, vals))
-        md.append("| samples | " + " | ".join(str(rows[c].get("n") or "—") if "skipped" not in rows[c] else "0"
-                                             for c in cols) + (" | |" if avg else " |"))
+        md.append("| samples | " + " | ".join(_samples(rows[c]) for c in cols) + (" | |" if avg else " |"))
         md.append("")
         out["tables"].append({"title": table["title"], "columns": cols, "model": {c: rows[c].get("score") for c in cols},
                               "reference": ref_rows})

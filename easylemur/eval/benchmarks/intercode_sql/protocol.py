@@ -13,7 +13,9 @@ dialogue as a fenced ```sql block, anything else as parsed. An endpoint error is
 two system messages, then the question; the reply's newlines become spaces and it is stripped; the
 parsed action is the assistant's message; an endpoint error ends the episode ("blocked", reward 0).
 
-Both: the reply goes through the parser (`parser.py`). Not code: the retry message, reward 0.
+Both: a request lost after every retry (`backends.client.EndpointLost`) ends the episode as
+lost (`easylemur.lost`): counted in the row and left out of its rates. The reply goes through
+the parser (`parser.py`). Not code: the retry message, reward 0.
 Code runs on the task's database and is scored at once against the gold query's result
 (`reward.py`); a failed query's observation is the engine's message behind InterCode's "Error
 executing query: ". The next user message shows the observation (a list of rows cut to its first
@@ -30,7 +32,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from easylemur.eval.agent.episode import in_threads
+from easylemur.eval.agent.episode import answered, in_threads
+from easylemur.eval.backends.client import EndpointLost
 from easylemur.eval.benchmarks.intercode_sql.parser import parse_action
 from easylemur.eval.benchmarks.intercode_sql.reward import reward as score
 from easylemur.eval.benchmarks.intercode_sql.task import IcProblem, InterCodeSqlTask
@@ -98,6 +101,11 @@ def play(task: InterCodeSqlTask, p: IcProblem, chat: Chat, session: Any, *, turn
         sent = [{"role": m["role"], "content": m["content"] + ("\n" if lemur else "")} for m in dialogue]
         try:
             reply = chat(sent, stops)
+        except EndpointLost as e:  # no answer after every retry: the episode is lost, never scored
+            extra["lost"] = f"turn {turn + 1}: {e}"
+            history["actions"].append("lost")
+            history["rewards"].append(0)
+            break
         except Exception as e:  # noqa: BLE001
             extra.setdefault("errors", []).append(f"turn {turn + 1}: {type(e).__name__}: {e}")
             if not lemur:  # InterCode's "blocked": the episode ends with reward 0
@@ -176,9 +184,11 @@ def run_budget(task: InterCodeSqlTask, chat: Chat, engine: Any, budget: int = TU
 
 
 def success_rate(records: Sequence[dict]) -> float:
-    """The share of episodes whose maximum reward is 1."""
+    """The share of the episodes the endpoint answered whose maximum reward is 1."""
+    records = answered(records)
     return sum(r["summary"]["max_reward"] == 1 for r in records) / max(1, len(records))
 
 
 def mean_reward(records: Sequence[dict]) -> float:
+    records = answered(records)
     return sum(float(r["summary"]["max_reward"]) for r in records) / max(1, len(records))

@@ -15,8 +15,10 @@ An empty reply is an invalid action too (and, as MINT does, not kept in the dial
 each step the episode ends when the task is solved, the proposals reach `max_proposals`, or
 proposals + actions + invalid actions reach `max_steps`; else the next user message is MINT's
 observation: the output or verdict, the steps and proposals left (and the last-step line), and,
-with a feedback model, its feedback. An endpoint error (e.g. a dialogue past the model's
-context) ends the episode unsolved, as MINT's error action does.
+with a feedback model, its feedback. An endpoint's refusal (e.g. a dialogue past the model's
+context) ends the episode unsolved, as MINT's error action does; a request lost after every
+retry (`backends.client.EndpointLost`, the model's or the critic's) ends it as lost: recorded
+(`easylemur.lost`), counted in the row, and left out of the success rates.
 
 The record of an episode is MINT's own `results.jsonl` line ({"state": ..., "task": ...}).
 """
@@ -28,7 +30,8 @@ import os
 import re
 from typing import Callable, Optional, Sequence
 
-from easylemur.eval.agent.episode import in_threads
+from easylemur.eval.agent.episode import answered, in_threads
+from easylemur.eval.backends.client import EndpointLost
 from easylemur.eval.benchmarks.mint.tasks import MintProblem, MintTask
 from easylemur.eval.sandbox import Sandbox, Session, SlotPool
 
@@ -88,6 +91,7 @@ class Episode:
         self.sandbox, self.slots, self.feedback, self.tools = sandbox, slots, feedback, tools or {}
         self.cell_timeout = cell_timeout
         self.state = MintState()
+        self.lost = ""  # why the endpoint (the model's or the critic's) gave no answer after every retry
         self.session: Optional[Session] = None  # the episode's live interpreter, started at its first action
         first = task.first_message(p, max_steps, max_proposals, feedback is not None)
         self.state.history = [{"role": "user", "content": first}]
@@ -97,10 +101,13 @@ class Episode:
 
     def play(self, chat: Chat) -> MintState:
         try:
-            while not self.state.finished:
+            while not self.state.finished and not self.lost:
                 try:
                     reply = cut_at_stops(chat(list(self.state.history), self.texts.stop_words),
                                          self.texts.stop_words).rstrip()
+                except EndpointLost as e:  # no answer after every retry: the episode is lost, not scored
+                    self.lost = str(e)
+                    break
                 except Exception as e:  # noqa: BLE001 - MINT's error action: the episode ends unsolved
                     self._step("", error=f"{type(e).__name__}: {e}")
                     continue
@@ -205,6 +212,9 @@ class Episode:
             assert self.feedback is not None
             return cut_at_stops(self.feedback([{"role": "user", "content": prompt}], t.feedback_stop_words),
                                 t.feedback_stop_words)
+        except EndpointLost as e:  # the critic gave no answer after every retry: the episode is lost
+            self.lost = f"feedback: {e}"
+            return ""
         except Exception:  # noqa: BLE001 - MINT's feedback agent turns an error into no feedback
             return ""
 
@@ -219,18 +229,25 @@ def run_budget(task: MintTask, chat: Chat, sandbox: Sandbox, budget: int, *, fee
     def one(p: MintProblem) -> dict:
         ep = Episode(task, p, max_steps=budget, max_proposals=proposals_for(budget), sandbox=sandbox, slots=slots,
                      feedback=feedback, tools=tools, cell_timeout=cell_timeout)
-        return {"state": dataclasses.asdict(ep.play(chat)), "task": task.record(p)}
+        record = {"state": dataclasses.asdict(ep.play(chat)), "task": task.record(p)}
+        if ep.lost:
+            record["easylemur"] = {"lost": ep.lost}
+        return record
 
     return in_threads(one, task.problems, concurrency, progress)
 
 
 def success_rate(records: Sequence[dict]) -> float:
+    """The share solved among the episodes the endpoint answered (`agent.episode.answered`)."""
+    records = answered(records)
     return sum(bool(r["state"]["success"]) for r in records) / max(1, len(records))
 
 
 def solved_within(records: Sequence[dict]) -> Callable[[int], float]:
     """From one K-step run: the share solved within k steps (the steps its dialogue took), for
     the single-run reading of success@k."""
+    records = answered(records)
+
     def at(k: int) -> float:
         n = 0
         for r in records:
