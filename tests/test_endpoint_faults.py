@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import threading
-from pathlib import Path
 
 import pytest
 from mint_fixture import write_mint

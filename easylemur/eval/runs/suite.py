@@ -239,7 +239,8 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     return {"score": rates[f"success@{turns}"], "metric": f"success@{turns}", **rates, "n": len(task.problems),
             "feedback": "llm" if critic else "none", "turns": turns,
             "budgets": "one run" if budgets == "one-run" and feedback == "none" else "a run per budget", "checks": rules,
-            "errors": errors, **lost_fields(lost, len(task.problems) * len(runs)), "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
+            "errors": errors, **lost_fields(lost, len(task.problems) * len(runs)),
+            "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
 
 
 def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any,
