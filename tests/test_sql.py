@@ -1,6 +1,7 @@
 """Spider execution match and the SQL agent's pieces: the loader on Spider's (and BIRD's) real
-layout, `result_eq` against hand-checked cases, the sandboxed match agreeing with it, hostile
-predicted queries that cannot touch the database, a runaway query stopped at its budget, and
+layout, `result_eq` against hand-checked cases, the sandboxed match agreeing with it and with
+test-suite-sql-eval's verdicts on honest queries (`spider_reference_cases.py`), hostile
+predicted queries that cannot touch the database, the query time budget (its flag too), and
 the observation an agent sees."""
 
 import hashlib
@@ -12,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+import spider_reference_cases as reference
+from easylemur.errors import InputError
 from easylemur.eval.sandbox import PASSED, Sandbox, run_programs
 from easylemur.eval.api import EvalDataError
-from easylemur.eval.benchmarks.spider.sql import (BIRD, EXIT_GOLD_ERROR, EXIT_PRED_ERROR, exec_queries, first_statement,
-                                                 load_sql, match_program, observation, query_program, remove_distinct,
-                                                 result_eq, sandbox_bytes)
+from easylemur.eval.benchmarks.spider.sql import (BIRD, EXIT_GOLD_ERROR, EXIT_PRED_ERROR, QUERY_SECONDS, exec_queries,
+                                                 first_statement, load_sql, match_program, match_seconds, observation,
+                                                 one_line, query_program, remove_distinct, result_eq, sandbox_bytes,
+                                                 sized_sandbox)
 from easylemur.eval.benchmarks.spider.task import Spider
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -177,10 +181,25 @@ def test_reference_normalisation():
     # COUNT(DISTINCT x) loses its DISTINCT too, as in the reference; literals and quoted names keep theirs.
     assert remove_distinct("SELECT count(DISTINCT x), 'distinct', \"Distinct\" FROM t") == \
         "SELECT count( x), 'distinct', \"Distinct\" FROM t"
-    assert exec_queries("x", " SELECT DISTINCT a FROM t WHERE b > = value AND c ! = value ", keep_distinct=True)[1] == \
-        "SELECT DISTINCT a FROM t WHERE b >= 1 AND c != value"  # the line is stripped first: no " value " at its end
+    # evaluation.py: every "value" of the prediction (only) becomes "1", case-sensitively.
+    assert exec_queries("SELECT value FROM t", " SELECT DISTINCT a FROM t WHERE b > = value AND c ! = 'value' "
+                        "AND Value = values", keep_distinct=True) == \
+        ("SELECT value FROM t", "SELECT DISTINCT a FROM t WHERE b >= 1 AND c != '1' AND Value = 1s", False)
     assert exec_queries("SELECT a FROM t ORDER  BY a", "x")[2] is False  # the reference's substring test
     assert exec_queries("SELECT YEAR(CURDATE()) - age FROM t", "x")[0] == "SELECT 2020- age FROM t"
+    # The line is cut at its first tab; sqlparse's first statement is kept, with the blanks and
+    # single-line comments after its ';' ("# " starts one for sqlparse), unless keep_distinct.
+    assert exec_queries("x", "SELECT a FROM t\tSELECT b")[1] == "SELECT a FROM t"
+    assert exec_queries("x", "SELECT a FROM t; SELECT b")[1] == "SELECT a FROM t; "
+    assert exec_queries("x", "SELECT a FROM t; SELECT b", keep_distinct=True)[1] == "SELECT a FROM t; SELECT b"
+    assert remove_distinct("SELECT (SELECT 1; SELECT 2); SELECT 3") == "SELECT (SELECT 1; SELECT 2); "
+    assert remove_distinct("SELECT CASE WHEN a THEN 1 END FROM t;  # c -- d\nSELECT 2") == \
+        "SELECT CASE WHEN a THEN 1 END FROM t;  # c -- d\n"
+    assert remove_distinct("SELECT 'a;b', \"c;d\", [e;f] /* ; */ FROM t -- ;\n; DISTINCT") == \
+        "SELECT 'a;b', \"c;d\", [e;f] /* ; */ FROM t -- ;\n; "
+    # sqlparse's tokens: a DISTINCT glued to a placeholder, a number or a word is no DISTINCT token.
+    assert remove_distinct("SELECT :distinct, ?distinct, 1distinct, t.distinct, distinct$1, x::distinct") == \
+        "SELECT :distinct, ?, 1distinct, t., distinct$1, x::"
 
 
 def test_extract_and_prompts(problems):
@@ -190,8 +209,10 @@ def test_extract_and_prompts(problems):
     assert text.startswith("CREATE TABLE singer") and text.endswith("-- Question: How many singers are there?\nSELECT")
     assert base.extract(p, " count(*)\nFROM singer -- all\n WHERE 1") == "SELECT count(*) FROM singer WHERE 1"
     assert chat.prompt(p).assistant_prefix == "```sql\n" and "```sql block" in chat.prompt(p).messages[0]["content"]
-    assert chat.extract(p, "SELECT a FROM t WHERE b = 'x;y'; DROP TABLE t") == "SELECT a FROM t WHERE b = 'x;y'"
-    assert chat.extract(p, "Sure:\n```sql\nSELECT 1;\n```\n```sql\nSELECT 2\n```") == "SELECT 1"
+    # Every statement is kept for the reference's rules to judge; the agent's actions run the first.
+    assert chat.extract(p, "SELECT a FROM t WHERE b = 'x;y';\n DROP TABLE t") == "SELECT a FROM t WHERE b = 'x;y'; DROP TABLE t"
+    assert chat.extract(p, "Sure:\n```sql\nSELECT 1;\n```\n```sql\nSELECT 2\n```") == "SELECT 1;"
+    assert one_line("SELECT 'a  b'  ,\n\tc /* x */ FROM t -- y\n; SELECT 2") == "SELECT 'a  b' , c FROM t ; SELECT 2"
     assert first_statement("SELECT 'a  b'  ,\n\tc /* x */ FROM t") == "SELECT 'a  b' , c FROM t"
     assert base.stops() == (";", "\n\n", "\n--", "```") and chat.stops() == ("```",)
 
@@ -250,7 +271,10 @@ def test_writing_queries_fail_and_the_database_stays(problems, sandbox):
     hostile = ["DROP TABLE singer", "DELETE FROM singer", "INSERT INTO singer (name) VALUES ('x')",
                "UPDATE singer SET age = 0", "ATTACH DATABASE '/tmp/x.sqlite' AS x",
                f"ATTACH DATABASE '{p.db_path}' AS host", "PRAGMA writable_schema = 1", "CREATE TABLE t (a)",
-               "SELECT load_extension('/usr/lib/x.so')", "VACUUM INTO '/tmp/copy.sqlite'"]
+               "SELECT load_extension('/usr/lib/x.so')", "VACUUM INTO '/tmp/copy.sqlite'",
+               # PRAGMAs that write, or that are no read: refused though reading ones pass
+               "PRAGMA user_version = 7", "PRAGMA journal_mode = WAL", "PRAGMA writable_schema",
+               "SELECT * FROM pragma_writable_schema", "PRAGMA main.optimize"]
     programs = [match_program(p, empty, sql) for sql in hostile]
     programs.append(match_program(p, empty, "PRAGMA writable_schema = 1; DELETE FROM sqlite_master"))
     results = [sandbox.run_program(prog) for prog in programs[:2]]
@@ -274,6 +298,82 @@ def test_runaway_query_stops_at_its_budget(problems, sandbox):
     assert r.exit_status == 1 and "predicted more than 1 rows" in r.output, r
     # A gold query that fails is a data problem, told apart from a wrong prediction.
     assert sandbox.run_program(match_program(p, "SELECT nope FROM singer", "SELECT 1")).exit_status == EXIT_GOLD_ERROR
+    # An empty prediction fails (SQLite would run it and return no rows: a match for an empty gold).
+    r = sandbox.run_program(match_program(p, "SELECT name FROM singer WHERE age > 100", " \t "))
+    assert r.exit_status == EXIT_PRED_ERROR and "empty" in r.output, r
+
+
+def _slow_correct_count(seconds: float) -> tuple[str, float]:
+    """("how many singers?" answered correctly after counting N numbers, its time on this host),
+    N scaled so that it takes about `seconds` here."""
+    def timed(n: int) -> tuple[str, float]:
+        query = (f"SELECT count(*) FROM singer WHERE (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+                 f"WHERE x < {n}) SELECT count(*) FROM c) > 0")
+        conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE TABLE singer (singer_id)")
+        conn.execute("INSERT INTO singer VALUES (1)")
+        start = time.monotonic()
+        conn.execute(query).fetchall()
+        return query, time.monotonic() - start
+
+    n = 100_000
+    _, took = timed(n)
+    return timed(max(n, int(n * seconds / max(took, 1e-3))))
+
+
+@needs_bwrap
+def test_sql_timeout_flag_sets_the_query_budget(spider_dir, tmp_path):
+    """A correct query slower than --sql-timeout fails, and passes with a budget above its time;
+    the default budget is test-suite-sql-eval's 60 s, and the sandbox's wall clock covers it."""
+    from easylemur.eval.cli.benchmark import main
+
+    query, took = _slow_correct_count(0.4)
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": "spider/dev/0", "completion": query}) + "\n")
+    verdicts = []
+    for budget in (took / 4, max(5.0, 10 * took)):
+        out = tmp_path / f"out{budget:g}"
+        # --timeout below the query's time: the program's wall clock grows to cover its budget.
+        assert main(["spider", "--data", str(spider_dir), "--samples", str(samples), "--sql-timeout", f"{budget:g}",
+                     "--timeout", f"{took / 2:g}", "--workers", "1", "--out", str(out)]) == 0
+        verdicts.append(json.loads((out / "results.jsonl").read_text())["result"])
+    # exit status 2: the prediction failed (here: its budget), not the sandbox's clock
+    assert verdicts[0].endswith("status 2") and verdicts[1] == PASSED, (took, verdicts)
+
+    problems = load_sql(spider_dir)
+    assert QUERY_SECONDS == 60 and Spider(problems).query_seconds == 60
+    assert match_program(problems[0], "SELECT 1", "SELECT 1").timeout == match_seconds(1, 60) == 130
+    assert sized_sandbox(Sandbox(timeout=2), problems, 5).timeout == match_seconds(1, 5) == 20
+    for bad in ("0", "-1", "nan", "inf"):
+        with pytest.raises(InputError, match=rf"^--sql-timeout {bad}(\.0)?: expected a positive number of seconds$"):
+            main(["spider", "--samples", str(samples), "--sql-timeout", bad, "--out", str(tmp_path / "x")])
+    with pytest.raises(InputError, match=r"^--sql-timeout 5: only spider runs SQL, not mbpp$"):
+        main(["mbpp", "--samples", str(samples), "--sql-timeout", "5", "--out", str(tmp_path / "x")])
+    with pytest.raises(InputError, match=r"^query_seconds 0: expected a positive number of seconds$"):
+        Spider(problems, query_seconds=0)
+
+
+# ----------------------------------------------------------------------------- test-suite-sql-eval's verdicts
+
+
+@pytest.fixture(scope="module")
+def meter_db(tmp_path_factory) -> Path:
+    return reference.make_db(tmp_path_factory.mktemp("meter") / "meter" / "meter.sqlite")
+
+
+@needs_bwrap
+def test_verdicts_are_test_suite_sql_evals(meter_db, sandbox):
+    """Honest predictions (a `value` column, PRAGMA reads, several statements, DISTINCT, ORDER BY,
+    NULLs and numbers) get test-suite-sql-eval's verdict; `spider_reference_cases.py` says which
+    of its rules decides each. The one difference on purpose: a write is refused here."""
+    before = hashlib.sha256(meter_db.read_bytes()).hexdigest()
+    cases = reference.CASES
+    results = run_programs([match_program(meter_db, c.gold, c.pred, keep_distinct=c.keep_distinct) for c in cases],
+                           sandbox, workers=2)
+    got = [int(r == PASSED) for r in results]
+    want = [c.verdict if c.here < 0 else c.here for c in cases]
+    assert got == want, [(c.pred, c.keep_distinct, c.why, r) for c, g, w, r in zip(cases, got, want, results) if g != w]
+    assert hashlib.sha256(meter_db.read_bytes()).hexdigest() == before
 
 
 @needs_bwrap

@@ -43,7 +43,10 @@ def _task(args: Any) -> Task:
     except MissingData:
         hint = registry.lookup(args.task)[0].data_hint or "its benchmark's data (docs: Evaluation)"
         raise InputError(f"{args.task} needs --data: {hint}") from None
-    return registry.build(args.task, data, args.prompt_format)
+    task = registry.build(args.task, data, args.prompt_format)
+    if args.sql_timeout is not None:  # _checked: spider only
+        task.query_seconds = args.sql_timeout
+    return task
 
 
 def _progress(total: int, desc: str):
@@ -121,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mesh", default=None, help="shard the model, e.g. 'data:1,fsdp:1,tensor:-1'")
     parser.add_argument("--workers", type=int, default=0, help="programs run in parallel (default: the core count)")
     parser.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per program")
+    parser.add_argument("--sql-timeout", type=float, default=None, metavar="SECONDS",
+                        help="spider: each query's time budget (default 60, test-suite-sql-eval's); a program's wall "
+                             "clock grows to cover its queries")
     parser.add_argument("--memory-mb", type=int, default=2048,
                         help="memory budget per program: all its processes and its /tmp and /dev/shm (80 MiB) together "
                              "where a memory cgroup can be made (root, or a delegated cgroup v2); else per process: up "
@@ -144,6 +150,10 @@ def _checked(args: argparse.Namespace) -> list[int]:
             raise InputError(f"--{name.replace('_', '-')} {v}: must be at least 1")
     if args.workers < 0 or args.timeout <= 0:
         raise InputError("--workers must be >= 0 and --timeout > 0")
+    if args.sql_timeout is not None and not 0 < args.sql_timeout < float("inf"):
+        raise InputError(f"--sql-timeout {args.sql_timeout}: expected a positive number of seconds")
+    if args.sql_timeout is not None and registry.lookup(args.task)[0].name != "spider":
+        raise InputError(f"--sql-timeout {args.sql_timeout:g}: only spider runs SQL, not {args.task}")
     n = args.n or max(ks)
     if args.checkpoint and max(ks) > n:
         raise InputError(f"-k {args.k}: pass@{max(ks)} needs --n >= {max(ks)}, got --n {n}")

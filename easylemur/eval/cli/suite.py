@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--retries", type=int, default=5,
                         help="tries after the first for a request that got a 5xx, 429, a dropped connection, a timeout "
                              "or a malformed body; then the sample or episode is counted lost, never scored")
+    parser.add_argument("--sql-timeout", type=float, default=None, metavar="SECONDS",
+                        help="Spider and the SQL agent: each query's time budget (default 60, test-suite-sql-eval's)")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (episodes, prompts)")
     parser.add_argument("--workers", type=int, default=0, help="sandboxed programs at once (default: the core count)")
     parser.add_argument("--max-tokens", type=int, default=512, help="tokens per reply unless a task sets max_tokens")

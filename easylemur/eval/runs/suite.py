@@ -121,7 +121,12 @@ def _task_of(name: str, spec: dict, args: Any) -> Any:
     keys = (name, bench, spec["benchmark"], *registry.lookup(bench)[0].data)  # MINT's rows: also --data mint=DIR
     explicit = next((args.data_map[k] for k in keys if k in args.data_map), None)
     data = registry.find_data(bench, explicit or spec.get("data"), args.data_dir)
-    return registry.build(bench, data, spec.get("prompt_format", "base"))
+    task = registry.build(bench, data, spec.get("prompt_format", "base"))
+    if getattr(args, "sql_timeout", None) is not None and hasattr(task, "query_seconds"):  # Spider, the SQL agent
+        from easylemur.eval.benchmarks.spider.sql import query_budget
+
+        task.query_seconds = query_budget(args.sql_timeout, "--sql-timeout")
+    return task
 
 
 # ------------------------------------------------------------------ running rows

@@ -2,12 +2,14 @@
 InterCode-SQL-style agent over the same problems: the model queries a real SQLite database (a
 fresh read-only copy in the sandbox per query), sees the result rows, and submits a query;
 success is the execution match of the submitted query against the gold one. The SQL engine,
-the data and the sandbox programs are `sql.py` beside this module."""
+the data and the sandbox programs are `sql.py` beside this module. Scoring is test-suite-sql-eval's
+(`sql.py`'s docstring), each query within `query_seconds` (its 60 s by default; the CLI's
+--sql-timeout)."""
 
 from __future__ import annotations
 
 import re
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from easylemur.eval.agent.actions import fenced
 from easylemur.eval.agent.task import AgentTask
@@ -30,6 +32,11 @@ class Spider(Task[sql.SqlProblem]):
 
     name = "spider"
 
+    def __init__(self, problems: Sequence[sql.SqlProblem], prompt_format: str = "base",
+                 query_seconds: float = sql.QUERY_SECONDS):
+        super().__init__(problems, prompt_format)
+        self.query_seconds = sql.query_budget(query_seconds)  # each scored query's budget
+
     def prompt(self, p: sql.SqlProblem) -> Prompt:
         hint = f"-- Evidence: {p.evidence}\n" if p.evidence else ""
         if self.prompt_format == "base":
@@ -46,17 +53,19 @@ class Spider(Task[sql.SqlProblem]):
         return ("```",)
 
     def extract(self, p: sql.SqlProblem, completion: str) -> str:
+        # Every statement is kept: the reference decides what a second one does (sql.py).
         block = re.search(r"```(?:sql|sqlite)?[ \t]*\n(.*?)(?:```|\Z)", completion, re.S | re.I)
         if block:
-            return sql.first_statement(block.group(1))
-        query = sql.first_statement(completion)
+            return sql.one_line(block.group(1))
+        query = sql.one_line(completion)
         return f"SELECT {query}" if self.prompt_format == "base" else query
 
     def program(self, p: sql.SqlProblem, code: str) -> Program:
-        return sql.match_program(p, p.gold, code)
+        # A samples file's code may span lines: the reference reads one prediction per line.
+        return sql.match_program(p, p.gold, sql.one_line(code), query_seconds=self.query_seconds)
 
     def sized(self, sandbox: Sandbox) -> Sandbox:
-        return sql.sized_sandbox(sandbox, self.problems)
+        return sql.sized_sandbox(sandbox, self.problems, self.query_seconds)
 
 
 class SqlAgent(AgentTask[sql.SqlProblem]):
@@ -65,6 +74,7 @@ class SqlAgent(AgentTask[sql.SqlProblem]):
     rules = ("You can query the SQLite database: put one query in <execute> ... </execute> (or a ```sql block) and "
              "you will see its result rows. Give your final query in <solution> ... </solution>, or reply `submit` "
              "to submit the last query you ran; it is right when its result equals the expected one.")
+    query_seconds = sql.QUERY_SECONDS  # the judged query's budget (an action's is sql.ACTION_SECONDS)
 
     def instruction(self, p: sql.SqlProblem) -> str:
         evidence = f"\nEvidence: {p.evidence}" if p.evidence else ""
@@ -80,15 +90,15 @@ class SqlAgent(AgentTask[sql.SqlProblem]):
         if not content.strip():  # `submit`: the last query the model ran
             return sql.first_statement(cells[-1]) if cells else ""
         code = fenced(content, self.languages)
-        return sql.first_statement(code if code is not None else content)
+        return sql.one_line(code if code is not None else content)  # judged as Spider's task judges it
 
     def judge(self, p: sql.SqlProblem, answer: str) -> Union[Program, bool]:
         if not answer.strip():
             return False
-        return sql.match_program(p, p.gold, answer)
+        return sql.match_program(p, p.gold, answer, query_seconds=self.query_seconds)
 
     def sized(self, sandbox: Sandbox) -> Sandbox:
-        return sql.sized_sandbox(sandbox, self.problems)
+        return sql.sized_sandbox(sandbox, self.problems, self.query_seconds)
 
 
 def single_turn(data: Optional[str], variant: str = "", prompt_format: str = "base") -> Spider:
