@@ -5,7 +5,10 @@ setup(
     version="0.1.0",
     description="JAX training stack for Llama-family models: continued pre-training, ChatML chat tuning, HF export.",
     packages=find_packages(include=["easylemur", "easylemur.*"]),
-    package_data={"easylemur.eval.runs": ["suites/*.json"]},  # suites are data: python -m easylemur.eval suite --suite NAME
+    # suites are data (python -m easylemur.eval suite --suite NAME); the seals' support sources are
+    # compiled into MultiPL-E's sandboxed programs
+    package_data={"easylemur.eval.runs": ["suites/*.json"],
+                  "easylemur.eval.benchmarks.multipl_e.seals": ["support/*"]},
     python_requires=">=3.11",  # jax, jaxlib and libtpu 0.10 declare Requires-Python >=3.11
     install_requires=[
         "jax>=0.10.0",

@@ -33,11 +33,70 @@ completion cannot even name os.Exit; the marker still catches an exit before the
 
 Other differences from the reference: the marker is in the program's text, so a program that
 reads its own source could print it (the documented limit of judging a single process); a C++
-completion that redefines `assert` neuters the tests in both harnesses alike. Java runs on a
+completion that redefines `assert` neuters the tests of the single-process layout as it does the
+reference's (the sealed C++ below is out of its reach). Java runs on a
 JDK whose files lie under /usr (Debian's openjdk links its conf/ into /etc/java-N-openjdk,
 which is bound read-only for Java alone; `find_jdk`), with the JVM's reservations cut to fit
 RLIMIT_AS; Rust links with gcc (`cc` is an /etc/alternatives link). Perl's "ERROR" rule is not
 applied: the sandbox never reads a program's output for the verdict.
+
+JavaScript, Bash and Perl are sealed (`seals/script.py`, `js.py`, `sh.py`, `pl.py`): the program
+stage runs prompt + completion + a driver cut from the tests (their head: `require('node:assert')`
+and `function test()`, the `candidate` wrapper, `set -e` and `run_test()`, `use Test::Deep` and
+`sub testhumaneval`; each `candidate(...)` call with the tests' argument text, in order, writing
+its value; their tail), with no expected value in it; the judge runs the tests unchanged against a
+stub of the prompt's function that hands back those values, parsed, never evaluated. Replacing
+`deepEqual` or `eq_deeply`, `CORE::GLOBAL::exit`, `END { $? = 0 }`, a Bash function named `set`, an
+exit hook printing the marker read from the program's own file, reading the expected values from
+it: each can only change the values, so the single-process limit above no longer holds for them.
+A value the encoding cannot carry (a function, a Map, a blessed reference) fails, as the
+comparison against MultiPL-E's expected values would; a Perl function returning a list of two
+values or more fails too (the reference flattens the list into `eq_deeply`'s arguments, so
+`return (1, 1)` passes every test there).
+
+C++ and Rust are sealed (`seals/compiled.py`, `cpp.py`, `rs.py`): the candidate's code and the
+tests are two translation units (two crates) compiled in the two stages. The program stage
+compiles prompt + completion + a driver (the tests' `main` head and `candidate` alias, a
+`record(candidate(...))` per call with the tests' argument text, in order; no expected value);
+the judge compiles the prompt with a stub body that returns the next value, typed by the declared
+return type (`seals/support/el.hpp`, `el.rs`: integers, bool, floats bit-exact, strings as bytes,
+vector/Vec, map, set, optional/Option, tuple, pair, variant; a C++ prompt's union as the
+alternative its constructor built), and the tests unchanged, so `assert(... == ...)` and
+`assert_eq!` compare exactly the values the function returned. `#define assert`, a global or
+`std::` `operator==`, `#define main`, `#define candidate`, an interposed `__assert_fail` or
+`abort`, static initializers, `atexit` and panic hooks, `macro_rules! assert_eq`, a local `struct
+bool`, an `.init_array` constructor, reading the program's own source or binary: each can only
+change the values. A return type the codecs do not carry (`std::any`) fails to compile in the
+driver, as its `==` fails in the reference. The compiles are today's commands plus prebuilt,
+trusted support bound read-only (`seals/prebuilt.py`): C++ `-include` of the support header
+precompiled with <bits/stdc++.h>, Rust `--extern` of the support rlib and `-C prefer-dynamic`
+(the standard library linked as the same build's shared object), so two compiles cost what one
+did.
+
+Java and Go are sealed (`seals/java.py`, `go.py`) in the same two stages: the program stage compiles
+and runs prompt + completion + a driver (the tests' head: Java's `main` header, Go's `func TestX`
+and `candidate := f`; a record per call of the function with the tests' argument text, in order;
+no expected value), the judge the prompt with a stub body that returns the next value and the
+tests unchanged (`-ea`; `go test -c` with its vet checks). A Java value crosses as its own runtime
+class (`seals/support/EasylemurSeal.java`: boxed primitives, floats bit-exact, String; any List as
+an ArrayList, any Map as a HashMap, Optional, javatuples' tuples; `EasylemurSeal.next()` is
+generic, so javac casts it to the declared return type), so an `ArrayList` subclass or a nested
+class `ArrayList` whose `equals` is always true (the nested one also rewrites the tests' expected
+`new ArrayList<...>(...)` in one process), elements smuggled past the generic type, a static
+initializer that halts, `sun.misc.Unsafe` setting the tests' `$assertionsDisabled`, a shutdown
+hook that prints the marker read from the source and halts with 0: each can only change the
+values. A value of a class the encoding does not carry (the completion's own, an array) fails the
+program stage, as its `equals` against MultiPL-E's expected JDK values does in the reference. Go
+needs the seal although a completion cannot import `os`, `unsafe` or `reflect`: Go lets a
+package-level declaration shadow the universe's names, so a completion's `const false = true`
+turns every `expected: false` of the tests true, and a function that always returns true passes
+every bool problem under `go test` and in one process. Go values cross by the declared type
+(`seals/support/el_out.go`, `el_in.go`: numbers exact, strings as bytes, slices and maps by
+element; a value of an interface type, MultiPL-E's tuples and Any, as the `%v` text the tests'
+`fmt.Sprintf` comparison sees of it). Speed: javac runs twice, with the support class and a
+class-data-sharing archive of javac's own classes prebuilt once per machine and bound read-only
+(`seals/prebuilt.py`); each Go stage gets a copy of a build cache prefilled once per machine with
+the standard library's vet facts and export data (a cold cache costs `go test -c` ~1.7 CPU-s).
 """
 
 from __future__ import annotations
