@@ -294,7 +294,8 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
             spec["max_tokens"] = 8
     (tmp_path / "lemur.json").write_text(json.dumps(lemur))
     proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
-                           "--suite", str(tmp_path / "lemur.json"), "--limit", "1", "--turns", "2", "--budgets", "one-run", "--wikipedia", "off",
+                           "--suite", str(tmp_path / "lemur.json"), "--limit", "1", "--turns", "2", "--budgets", "one-run",
+                           "--wikipedia", "off",
                            "--data-dir", str(data), "--out", str(out),
                            "--max-tokens", "8", "--workers", "2", "--slots", "4", "--concurrency", "4",
                            "--chat-template", str(tmp_path / "chatml.jinja")],

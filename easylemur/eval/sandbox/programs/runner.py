@@ -228,8 +228,11 @@ shown = kept
 values = read_values(os.path.join(workdir, judge["values"]), judge["values_bytes"])
 end_program()
 judge_dir = os.path.join("/tmp" if os.getpid() == 1 else workdir, "judge")
-os.makedirs(os.path.join(judge_dir, "tmp"))
-write_files(judge_dir, list(judge["files"]) + [(judge["values"], values)], ())
+try:
+    os.makedirs(os.path.join(judge_dir, "tmp"))
+    write_files(judge_dir, list(judge["files"]) + [(judge["values"], values)], ())
+except OSError as e:  # e.g. a /tmp cap smaller than the judge's files and the values together
+    verdict("failed the judge cannot write its files (%s)" % (e.strerror or type(e).__name__), shown)
 judge_env = dict(judge["env"], HOME=judge_dir, TMPDIR=os.path.join(judge_dir, "tmp"))
 judge_marker = ("\n" + judge["marker"] + "\n").encode() if judge["marker"] else b""
 kept, code = run_stage(judge["steps"], judge_env, judge_marker, "the tests", "judge step")
