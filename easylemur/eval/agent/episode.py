@@ -27,7 +27,7 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from easylemur.errors import InputError
-from easylemur.eval.backends.client import EndpointLost
+from easylemur.eval.api.faults import EndpointLost
 from easylemur.eval.agent.actions import OBSERVATION_CHARS, clip, parse_reply
 from easylemur.eval.agent.task import AgentTask
 from easylemur.eval.sandbox import Sandbox, SlotPool

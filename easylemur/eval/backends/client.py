@@ -26,17 +26,12 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Optional, Sequence
 
-from easylemur.errors import InputError, RunError
+from easylemur.errors import InputError
+from easylemur.eval.api.faults import EndpointError, EndpointLost
+
+__all__ = ["Client", "EndpointError", "EndpointLost"]
 
 MAX_BACKOFF_S = 8.0
-
-
-class EndpointError(RunError):
-    """The endpoint refused the request (an HTTP error other than 5xx and 429)."""
-
-
-class EndpointLost(EndpointError):
-    """The endpoint gave no usable answer on any try (transient faults): the request is lost."""
 
 
 class _Transient(Exception):

@@ -19,14 +19,90 @@ post-processed (cut at "</code>", "```python" removed, cut at the next "```", cu
 `test_string(`, `test_string(code)`; it is `exec`ed with empty globals in a fresh temporary
 working directory, with a 120 s limit, and passes when nothing is raised.
 
-Here that test program runs in the sandbox as a Program: a small driver reads it, moves into an
-empty directory, `exec`s it with empty globals, then writes the end marker itself (so an early
-`sys.exit(0)` or `os._exit(0)` in the snippet fails) and exits at once. Every package of this
-interpreter that a DS-1000 test may import is bound read-only (`Program.libs`), as the official
-environment has them all installed; a problem whose test imports a module the sandbox cannot
-provide (TensorFlow, which is not provided; seaborn when not installed; a package whose vendored
-shared libraries are not bound) is skipped and counted with the reason (`DS1000.skipped`,
-`DS1000.skip_counts()`).
+Here the official test program runs outside the candidate's reach: each sample is a sealed
+sandbox Program (`sandbox.Judge`; the stages are `ds1000_seal/`). In the official evaluator the
+snippet runs in the test's own process, so it can monkeypatch `np.testing`, rewrite `exec_test`
+through `sys._getframe(1).f_globals`, swap a function's `__code__`, return an object whose
+`__eq__` is always True, or read `expected_result` off a frame; here none of that reaches the
+verdict:
+
+- The program (the candidate's stage) imports the libraries `code_context` names, then forks a
+  child that runs `code_context` and the official `test_execution(code)` with every candidate
+  `exec(code, {"test_input": ...})` recorded instead of run (and `exec_test` answering True):
+  the code it would exec (`exec_context` with the snippet, as `test_execution` built it), the
+  test environment (pickled: any input crosses to the candidate, a fitted model included) and
+  the process state the snippet would have found there (numpy's, `random`'s and torch's random
+  state, Matplotlib's rcParams). The child removes `code_context` and whatever the test code
+  wrote (an "ans.png") and exits: the expected answers never exist in the candidate's process,
+  on disk or in memory, and the parent never read `code_context`.
+- The parent then runs the candidate's code case by case in one working directory and writes,
+  as data (the sandbox's wire, `programs/wire.py`), each case's `result`, the regular files the
+  code left (an "output.png", a saved model: 8 MiB a case), and its open Matplotlib figures.
+- The runner kills every process of that stage and empties /tmp and /dev/shm. The judge then
+  execs the official program (code_context, `code = <repr of the snippet>`, `test_execution`,
+  `test_string`) with empty globals but for `exec`: each candidate exec of `test_execution`
+  takes the next case's values instead: the files are written into the judge's directory (never
+  over one the test code wrote itself: the expected "ans.png" is the judge's own), the figures
+  are rebuilt into pyplot, and `result` is rebuilt with the judge's own classes. Then the
+  official `generate_test_case`, `exec_test(result, ans)` and `test_string` run as they are, in
+  that process. A pass needs the judge's end marker, printed after the program returned.
+
+What crosses as `result` is plain data, rebuilt with the judge's classes (exact types; a
+subclass or an object of the candidate's is not data): Python's builtins and containers,
+numpy arrays and scalars (numbers, bytes, text, datetime64/timedelta64, object arrays of plain
+elements, masked arrays, matrices, dtypes), pandas DataFrame, Series and indexes with their
+dtypes, names, MultiIndex levels and DatetimeIndex freq (numpy, categorical, tz-aware, string,
+nullable, period and interval arrays; Timestamp, Timedelta, Period, Interval, NaT, NA),
+scipy.sparse matrices and arrays of every format (checked in full), torch CPU tensors
+(requires_grad kept), torch.Size and dtypes, datetime values. A figure crosses as a pickle the
+judge loads under an allow-list (`ds1000_seal/figures.py`: Matplotlib's own classes, numpy's
+and pandas' reconstructors; no other call, no state set on a class), so `exec_test`'s
+`plt.gca()` / `plt.gcf()` inspect the candidate's figure with the judge's Matplotlib.
+
+The assertions `exec_context` itself ends with (`assert preprocess("aBc") == "ABC"`,
+`assert os.path.exists("sklearn_model")`; the snippet's own when nothing follows it) run in the
+judge too, where only their literals are read, never run (`ast.literal_eval`): the candidate's process gets
+the code without them, evaluates only their operands that read its names (the "leaves") and
+sends their values; the judge evaluates the comparisons, `and`/`or`/`not`, and the literals
+(the expected text) never reach the candidate. A leaf that is not plain data is compared by
+identity (`preprocess == tfidf.preprocessor` holds for the same function).
+
+How a sample fails (`REASONS`, counted by `failure_counts`): TEST_FAILED, a test failed or
+raised, the snippet's own exception included (the official verdict); MISSING, the candidate's
+stage ended before writing its values (`os._exit`, a crash: the official run fails too);
+NOT_DATA, a value the tests read could not cross: a result of a type the wire does not rebuild
+(a function, an sklearn estimator, a generator, a subclass), a figure holding something the
+allow-list does not name (a lambda tick formatter, a seaborn object), or a case's files over
+8 MiB: never a pass, and counted apart, since the official evaluator may pass such a sample;
+MALFORMED, the values file is not what the driver writes; NO_INPUTS, the test code failed
+before any snippet ran (the environment's fault, as the reference would fail too). The values
+file is bounded (`VALUES_BYTES`): past it the sandbox says "the values exceed N bytes".
+
+Limits, stated (where the verdict may differ from the official one on an honest snippet):
+- state the snippet leaves in the process crosses to later cases only within the candidate's
+  stage: the random state goes one way (the judge's `generate_test_case` for case 2 draws from
+  its own state, as if case 1's snippet had drawn nothing; DS-1000's cases reseed), and
+  process-wide settings `code_context` makes at its top level other than the random state and
+  rcParams (`pd.set_option`, `np.set_printoptions`) are not replayed in the candidate's process;
+  figures the test code opened and left open are not in the candidate's process;
+- a test input that cannot be pickled (a lambda, an instance of a class `code_context` defines)
+  cannot cross: NO_INPUTS;
+- only the assertions that end `exec_context` are held back; one in its middle runs in the
+  candidate's process, as does any other statement after the snippet (`result = f(x) == y`
+  compares with the candidate's objects' own `__eq__`, as the official run does); the leaves
+  are all evaluated, in order, even one an `and` would have skipped (its exception counts only
+  where the judge needs its value);
+- the judge's trusted libraries read what the candidate made: PIL decodes its "output.png",
+  Matplotlib (with its mathtext parser) handles its figure's state; the official evaluator
+  runs both in the same process as the snippet.
+
+Every package of this interpreter that a DS-1000 test may import is bound read-only
+(`Program.libs`), as the official environment has them all installed; a problem whose test
+imports a module the sandbox cannot provide (TensorFlow, which is not provided; seaborn when
+not installed; a package whose vendored shared libraries are not bound) is skipped and counted
+with the reason (`DS1000.skipped`, `DS1000.skip_counts()`). The time limit is the sandbox's
+`--timeout`, for both stages together (the official one is 120 s); the sealed program runs the
+imports twice (the candidate's stage and the judge), so a sample takes about twice as long.
 
 Prompt formats:
 - `base`: the prompt as is (it ends where the model continues); stops "</code>", "# SOLUTION END"
@@ -48,15 +124,36 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from easylemur.eval.api import EvalDataError, Problem, Prompt, Task, read_jsonl
-from easylemur.eval.sandbox import LIB_DIR, PYTHON, Program, importable, lib_binds, new_marker
+from easylemur.eval.benchmarks.ds1000_seal import PACKAGE, stage_files
+from easylemur.eval.benchmarks.ds1000_seal import candidate as candidate_stage
+from easylemur.eval.benchmarks.ds1000_seal import judge as judge_stage
+from easylemur.eval.benchmarks.ds1000_seal.common import CONTEXT, PROGRAM, SNIPPET
+from easylemur.eval.sandbox import LIB_DIR, PYTHON, Judge, Program, importable, lib_binds, new_marker
 
 HF_NAME = "xlangai/DS-1000"
 LIBRARIES = ("Numpy", "Pandas", "Scipy", "Matplotlib", "Sklearn", "Pytorch", "Tensorflow")
 STOPS = ("</code>", "# SOLUTION END", "\nEND SOLUTION")
 CHAT_PREFIX = "<code>\n"
 TIMEOUT_S = 120.0  # the official evaluator's limit per program; the sandbox's own timeout is the caller's choice
-PROGRAM_FILE = "ds1000_program.py"
-DRIVER_FILE = "ds1000_run.py"
+PROGRAM_FILE = PROGRAM  # the official test program: the judge's
+# The results of a sealed program that fails, as the sandbox words them (the judge's and the
+# driver's exit statuses, ds1000_seal/judge.py and candidate.py), and what each means.
+TEST_FAILED = "failed: the tests exited with status 1"
+MISSING = f"failed: the tests exited with status {judge_stage.MISSING}"
+NOT_DATA = f"failed: the tests exited with status {judge_stage.NOT_DATA}"
+MALFORMED = f"failed: the tests exited with status {judge_stage.MALFORMED}"
+NO_INPUTS = f"failed: the program exited with status {candidate_stage.NO_INPUTS}"
+REASONS = {
+    TEST_FAILED: "a test failed or raised (the candidate's code raised included): the official verdict",
+    MISSING: "the candidate's stage ended before its driver wrote the values (os._exit, a crash)",
+    NOT_DATA: "a value the tests read could not cross as data (a result of a type the wire does not rebuild, "
+              "a figure the allow-list refuses, files over the bound)",
+    MALFORMED: "the values file is not what the driver writes",
+    NO_INPUTS: "the test inputs could not be made (the test code failed before the snippet ran)",
+}
+# The values the candidate's stage hands the judge, at most (a result of a few million numbers
+# crosses; more fails as "the values exceed N bytes").
+VALUES_BYTES = 64 << 20
 
 # What a module a test imports needs bound into the sandbox: (required, optional). Required
 # packages must be importable here, else the module (and every problem importing it) is
@@ -87,6 +184,7 @@ ENV = (("OMP_NUM_THREADS", "1"), ("OPENBLAS_NUM_THREADS", "1"), ("MKL_NUM_THREAD
 
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;]+)", re.M)
 _FROM = re.compile(r"^[ \t]*from[ \t]+([A-Za-z_]\w*)", re.M)
+_FROM_NAMES = re.compile(r"^[ \t]*from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;)]+)", re.M)
 _TEST_EXECUTION = re.compile(r"^def test_execution\(", re.M)
 
 
@@ -254,6 +352,20 @@ def imported_modules(code: str) -> list[str]:
     return found
 
 
+def preloads(code: str) -> tuple[str, ...]:
+    """The modules `code` imports (in strings too), dotted names kept (`matplotlib.pyplot`, and for
+    `from scipy import stats` both `scipy` and `scipy.stats`): what the sealed program imports once,
+    before it forks the inputs step, so the inputs and the candidate's code share the import time."""
+    found: list[str] = []
+    for m in _IMPORT.finditer(code):
+        found += [part.strip().split(" ")[0] for part in m.group(1).split(",")]
+    for m in _FROM_NAMES.finditer(code):
+        found.append(m.group(1))
+        found += [m.group(1) + "." + part.strip().split(" ")[0] for part in m.group(2).split(",")]
+    ok = [n for n in found if n and all(part.isidentifier() for part in n.split("."))]
+    return tuple(dict.fromkeys(ok))
+
+
 def unsupported_reason(p: DS1000Problem) -> str:
     """Why the sandbox cannot judge `p` ("" when it can): a module its test imports that the
     standard library does not have and the sandbox cannot provide."""
@@ -284,26 +396,6 @@ def official_program(p: DS1000Problem, code: str) -> str:
     """The program the official evaluator executes for the snippet `code`."""
     calls = "test_execution(code)\n" + ("test_string(code)\n" if "test_string(" in p.tests else "\n")
     return f"{p.tests}\n" + f"code = {code!r}\n" + calls
-
-
-# Runs in the sandbox: the test program, exec'd as the official evaluator does, then the marker.
-# The marker goes straight to fd 1 (a snippet may have replaced sys.stdout), and os._exit skips
-# whatever the snippet left to run at exit (threads, atexit hooks): the official verdict is
-# taken when exec returns.
-_DRIVER = """import os, sys
-with open({program!r}) as f:
-    source = f.read()
-os.mkdir("work")
-os.chdir("work")
-exec(compile(source, "<string>", "exec"), {{}})
-for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-    try:
-        stream.flush()
-    except Exception:
-        pass
-os.write(1, {marker!r}.encode())
-os._exit(0)
-"""
 
 
 class DS1000(Task[DS1000Problem]):
@@ -341,10 +433,31 @@ class DS1000(Task[DS1000Problem]):
     def program(self, p: DS1000Problem, code: str) -> Program:
         if not isinstance(p, DS1000Problem):
             raise EvalDataError(f"DS1000 task: problem {p.task_id!r} is a {type(p).__name__}; load it with load_ds1000")
-        marker = new_marker()
-        return Program(files=((PROGRAM_FILE, official_program(p, code)),
-                              (DRIVER_FILE, _DRIVER.format(program=PROGRAM_FILE, marker=f"\n{marker}\n"))),
-                       steps=((PYTHON, DRIVER_FILE),), end_marker=marker, env=ENV, libs=support().libs)
+        return sealed_program(p, code)
+
+
+def sealed_program(p: DS1000Problem, code: str) -> Program:
+    """The sandbox program that judges snippet `code` of `p` (the module docstring): the inputs
+    step and the candidate's driver as the program, the official test program in its Judge."""
+    marker = new_marker()
+    judge = Judge(files=stage_files(("judge", "common", "figures")) + ((PROGRAM, official_program(p, code)),),
+                  steps=((PYTHON, "-B", "-m", f"{PACKAGE}.judge", marker),), end_marker=marker, env=ENV,
+                  values_bytes=VALUES_BYTES)
+    return Program(files=stage_files(("inputs", "common", "candidate", "figures")) + ((CONTEXT, p.tests), (SNIPPET, code)),
+                   steps=((PYTHON, "-B", "-m", f"{PACKAGE}.candidate", *preloads(p.tests)),), env=ENV,
+                   libs=support().libs, judge=judge)
+
+
+def failure_counts(results: Sequence[str]) -> dict[str, int]:
+    """How many results failed for each reason of `REASONS` (keyed by its description), the rest
+    under their own wording ("timed out", ...): NOT_DATA's count is the samples whose values could
+    not cross, which the official evaluator may have passed."""
+    counts: dict[str, int] = {}
+    for r in results:
+        if r != "passed":
+            key = REASONS.get(r, r)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def breakdown(problems: Sequence[DS1000Problem], scores: Mapping[str, float]) -> dict[str, dict[str, dict[str, float]]]:

@@ -5,10 +5,10 @@ evaluation").
 A `Job` is the candidate's code (untrusted) and the dataset's tests (trusted). Inside the sandbox
 the checker (`programs/checker.py`, pid 1 of the sandbox) runs the tests; the candidate's code runs
 in a second process (`programs/candidate.py`) that the checker calls over a pipe. Only plain data
-crosses the pipe (`programs/wire.py`: a tagged tree the checker parses and rebuilds with its own
-classes: exact builtins, the standard library's Counter, OrderedDict, defaultdict, deque,
-namedtuple classes that add nothing, dict views, array, Fraction, Decimal, and numpy's arrays and
-scalars of numbers, bytes or text); an iterator stays on the candidate's side and hands over its
+crosses the pipe (`programs/wire.py`, whose docstring lists the types: a tagged tree the checker
+parses and rebuilds with its own classes: exact builtins, the standard library's containers and
+numbers, numpy's arrays and scalars, and for DS-1000 pandas', scipy.sparse's and torch's
+values); an iterator stays on the candidate's side and hands over its
 items as the tests take them; any other object (a subclass of any of those included) stays there
 as an opaque handle, equal only to itself. So a result with an always-True `__eq__`, `exit()`,
 `os._exit`, `atexit`, exception hooks or tracing in the candidate can make the candidate's process

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from easylemur.eval.agent.episode import answered, in_threads
-from easylemur.eval.backends.client import EndpointLost
+from easylemur.eval.api.faults import EndpointLost
 from easylemur.eval.benchmarks.intercode_sql.parser import parse_action
 from easylemur.eval.benchmarks.intercode_sql.reward import reward as score
 from easylemur.eval.benchmarks.intercode_sql.task import IcProblem, InterCodeSqlTask

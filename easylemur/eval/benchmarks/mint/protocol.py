@@ -31,7 +31,7 @@ import re
 from typing import Callable, Optional, Sequence
 
 from easylemur.eval.agent.episode import answered, in_threads
-from easylemur.eval.backends.client import EndpointLost
+from easylemur.eval.api.faults import EndpointLost
 from easylemur.eval.benchmarks.mint.tasks import MintProblem, MintTask
 from easylemur.eval.sandbox import Sandbox, Session, SlotPool
 

@@ -42,6 +42,7 @@ from easylemur.eval.sandbox.programs.wire import (
     THREAD_VARS,
     dec,
     enc,
+    parse,
     recv_bytes,
     send_bytes,
 )
@@ -84,21 +85,6 @@ LIBPATH = job["libpath"]
 sys.path += [p for p in LIBPATH.split(":") if p]  # the job's libraries, after the standard library
 # Only the verdict pipe and the standard streams stay open; none of them reach the candidate.
 keep_only((result_fd,))
-
-
-def literal(node):
-    "The value of a repr() of lists, str, int, bool and None; anything else is refused."
-    t = type(node)
-    if t is _ast.Expression:
-        return literal(node.body)
-    if t is _ast.Constant and type(node.value) in (str, int, bool, type(None)):
-        return node.value
-    if t is _ast.List:
-        return [literal(x) for x in node.elts]
-    if t is _ast.UnaryOp and type(node.op) is _ast.USub and type(node.operand) is _ast.Constant \
-            and type(node.operand.value) is int:
-        return -node.operand.value
-    raise ValueError("not a plain literal")
 
 
 remotes = {}
@@ -219,7 +205,7 @@ def rpc(req):
     except OverflowError:
         raise Failure("reply too large")
     try:
-        reply = literal(compile(data.decode("ascii"), "<reply>", "eval", _ast.PyCF_ONLY_AST))
+        reply = parse(data.decode("ascii"))
     except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError):
         raise Failure("malformed reply")
     if type(reply) is not list or not reply or reply[0] not in ("ok", "raise"):
