@@ -292,18 +292,21 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     for spec in lemur["tasks"].values():
         if spec["kind"] == "agent":
             spec["max_tokens"] = 8
+    # and a local lm-eval task, scored by --model easylemur in process: compared below with lm-eval's
+    # own score of the checkpoint
+    suite, tasks = _mc_suite(tmp_path)
+    lemur["tasks"]["el_mc"] = json.loads(suite.read_text())["tasks"]["el_mc"]
     (tmp_path / "lemur.json").write_text(json.dumps(lemur))
     proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
                            "--suite", str(tmp_path / "lemur.json"), "--limit", "1", "--turns", "2", "--budgets", "one-run",
-                           "--wikipedia", "off",
+                           "--wikipedia", "off", "--lm-eval-include", str(tasks),
                            "--data-dir", str(data), "--out", str(out),
                            "--max-tokens", "8", "--workers", "2", "--slots", "4", "--concurrency", "4",
                            "--chat-template", str(tmp_path / "chatml.jinja")],
                           capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((out / "table.json").read_text())["tasks"]
-    suite = json.loads((ROOT / "easylemur" / "eval" / "runs" / "suites" / "lemur.json").read_text())
-    assert set(rows) == set(suite["tasks"])
+    assert set(rows) == set(lemur["tasks"])
     for name in ("humaneval", "spider", "m_humaneval", "m_gsm8k", "sql_agent") + (
             ("intercode_sql",) if shutil.which("mariadbd") or os.path.exists("/usr/sbin/mariadbd") else ()):
         assert "score" in rows[name] and 0.0 <= rows[name]["score"] <= 1.0, rows[name]
@@ -313,21 +316,14 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     records = (out / "m_gsm8k" / "k=2" / "results.jsonl").read_text().splitlines()
     assert len(records) == 1 and all(json.loads(r)["state"]["finished"] for r in records)
     assert "| **" in (out / "table.md").read_text()
-    # a local lm-eval task scored by --model easylemur in process: lm-eval's own score of the checkpoint
-    suite, tasks = _mc_suite(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(reference_run),
-                           "--suite", str(suite), "--tasks", "el_mc", "--lm-eval-include", str(tasks),
-                           "--out", str(tmp_path / "mc")], capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     from easylemur.eval.backends.harness import EasylemurLM
 
-    ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(reference_run), batch_size=8), tasks=["el_mc"],
+    ref = lm_eval.simple_evaluate(model=EasylemurLM(path=str(reference_run), batch_size=8), tasks=["el_mc"], limit=1,
                                   task_manager=TaskManager(include_path=str(tasks), include_defaults=False), bootstrap_iters=0)
-    got = json.loads((tmp_path / "mc" / "table.json").read_text())["tasks"]["el_mc"]
-    assert got["score"] == ref["results"]["el_mc"]["acc,none"] and got["n"] == 3
+    assert rows["el_mc"]["score"] == ref["results"]["el_mc"]["acc,none"] and rows["el_mc"]["n"] == 1
 
 
 def test_a_jsonl_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):

@@ -110,7 +110,10 @@ OPEN = "static void unused_() {"  # the tests' first "}" closes it
 ROPEN = "fn _unused() {"
 
 # {lang: {name: (problem: an index of ROWS[lang] or a key of EXTRA[lang], completion, the reference
-# passes it, today's single-process layout passes it (None: not run))}}
+# passes it, today's single-process layout passes it (None: not run))}}. The reference's pass is
+# run here for the probe's cheats (SHOWN; a C++ reference compile is 1.6 CPU-s), the rest were run
+# by hand when the corpus was written.
+SHOWN = {"cpp": {"a global operator== template for vectors", "#define assert"}, "rs": {"macro_rules! assert_eq"}}
 CHEATS = {
     "cpp": {
         "a global operator== template for vectors": (
@@ -217,13 +220,14 @@ def _values_loop(lang: str) -> Program:
 
 def _judge_all(out) -> None:
     """Every case of the languages whose toolchain is here (`judge_cases`), the reference run only
-    where it passes (a C++ reference compile takes 1.6 CPU-s), and the values-file loops."""
+    for SHOWN's cheats, and the values-file loops."""
     cases, loops = [], []
     for lang in (lang for lang in CHEATS if _available(lang)):
         for name, (which, completion, ref_passes, today) in CHEATS[lang].items():
             row = _problem(lang, which)[0]
             args = (LANGUAGES[lang], row["prompt"], completion, row["tests"], row["name"])
-            cases.append(((lang, "cheat", name), build_program(*args), (lang, row, completion) if ref_passes else None,
+            shown = ref_passes and name in SHOWN[lang]
+            cases.append(((lang, "cheat", name), build_program(*args), (lang, row, completion) if shown else None,
                           single_process_program(*args) if today is not None else None))
         for key, (row, good, wrong) in EXTRA[lang].items():
             for what, completion in (("good", good), ("wrong", wrong)):
@@ -242,8 +246,8 @@ def verdicts(built_once):
 
 @pytest.mark.parametrize("lang", list(CHEATS))
 def test_every_cheat_scores_zero_sealed(lang, verdicts):
-    assert_cheats_fail(lang, {name: (True if ref else None, today) for name, (_, _, ref, today) in CHEATS[lang].items()},
-                       verdicts)
+    assert_cheats_fail(lang, {name: (True if ref and name in SHOWN[lang] else None, today)
+                              for name, (_, _, ref, today) in CHEATS[lang].items()}, verdicts)
 
 
 @pytest.mark.parametrize("lang", list(EXTRA))
