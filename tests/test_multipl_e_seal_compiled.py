@@ -26,7 +26,9 @@ from easylemur.eval.sandbox import PASSED, SANDBOX_PATH, Program, Sandbox, run_p
 from multipl_e_seal_common import assert_cheats_fail, judge_cases, judge_loop, load_verdicts, need
 from test_multipl_e import ROWS
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+# seconds of compiles and sandbox runs per language: the full suite's, not the fast tier's
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
 
 CPP_HEAD = "#include<assert.h>\n#include<bits/stdc++.h>\n"
 MODULES = {"cpp": cpp, "rs": rs}

@@ -34,7 +34,9 @@ from easylemur.eval.sandbox import PASSED, SANDBOX_PATH, Program, Sandbox, run_p
 from multipl_e_seal_common import assert_cheats_fail, judge_loop, load_verdicts, need
 from test_multipl_e import GO_TEST_HEAD, GO_TEST_LOOP, JAVA_IMPORTS, ROWS, reference_verdict
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+# seconds of compiles and sandbox runs per language: the full suite's, not the fast tier's
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
 
 
 def _row(name: str, lang: str, prompt: str, tests: str, stops: list) -> dict:

@@ -19,7 +19,9 @@ from easylemur.eval.sandbox import PASSED
 from multipl_e_seal_common import assert_cheats_fail, judge_cases, judge_loop, load_verdicts, need
 from test_multipl_e import PERL_CHECK, ROWS
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+# seconds of compiles and sandbox runs per language: the full suite's, not the fast tier's
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
 
 MARKER_RE = "easylemur-tests-done-[0-9a-f]+"
 
