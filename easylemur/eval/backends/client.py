@@ -103,7 +103,10 @@ class Client:
                     raise _Transient("a body that is not JSON") from None
                 return answer(out)
             except urllib.error.HTTPError as e:
-                text = e.read().decode("utf-8", "replace")
+                try:
+                    text = e.read().decode("utf-8", "replace")
+                except (OSError, http.client.HTTPException):  # the error's body cut off with the connection
+                    text = ""
                 try:
                     text = json.loads(text)["error"]["message"]
                 except (ValueError, KeyError, TypeError):
