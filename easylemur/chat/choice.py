@@ -5,29 +5,61 @@ the task evals, and to-hf's export (`convert.to_hf.export_chat_template` without
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from easylemur.chat.chatml import chatml_template
-from easylemur.chat.files import hf_dir_chat_template
-from easylemur.chat.template import template_of
+from easylemur.chat.files import config_template, default_template, template_files
 
 UNKNOWN = object()  # chat_format not recorded (a checkpoint from before meta chat_format)
 
 
+def template_in(config_value: Any, files: Mapping[str, str]) -> Optional[str]:
+    """THE rule for which of a tokenizer's templates is its own, as transformers 5 loads them:
+    template files (chat_template.jinja as "default", additional_chat_templates/NAME.jinja)
+    replace tokenizer_config.json's `chat_template` whole when there are any, and the "default"
+    one is used (none named so: no template); else the config's (a string, or the "default" of
+    a list of named ones). `--chat-template FILE` goes over all of them (its callers)."""
+    if files:
+        return files.get("default") or None
+    return default_template(config_value)
+
+
+def hf_dir_chat_template(path: str | Path) -> Optional[str]:
+    """An HF directory's own chat template (`template_in`), None without one."""
+    return template_in(config_template(path), template_files(path))
+
+
+def template_of(tokenizer: Any) -> Optional[str]:
+    """A tokenizer's own chat template (`template_in` over its configuration and the template
+    files beside it in its HF directory), None when it has none."""
+    config = getattr(tokenizer, "config", None)
+    if config is None:
+        return None
+    here = Path(tokenizer.model_path)
+    in_hf_dir = tokenizer.kind == "hf" or here.name == "tokenizer.model"
+    return template_in(config.get("chat_template"), template_files(here.parent) if in_hf_dir else {})
+
+
+def template_sha256(tokenizer: Any) -> Optional[str]:
+    """The sha256 of the chat template a store's `chat_format: model` documents were rendered with."""
+    t = template_of(tokenizer)
+    return None if t is None else hashlib.sha256(t.encode("utf-8")).hexdigest()
+
+
 def own_template(tokenizer: Any, meta: Any = None) -> Optional[str]:
-    """A model's own chat template ("the tokenizer's own"): its tokenizer's, else the one from-hf
-    kept in meta chat_template (a template the embedded tokenizer cannot carry: sentencepiece,
-    or a chat_template.jinja file)."""
-    return template_of(tokenizer) or (meta or {}).get("chat_template")
+    """A model's own chat template ("the tokenizer's own"): the one from-hf kept in meta
+    chat_template (when the embedded tokenizer's configuration would give another: a
+    chat_template.jinja file won over it), else its tokenizer's."""
+    return (meta or {}).get("chat_template") or template_of(tokenizer)
 
 
 def chat_template_for(source: Any, tokenizer: Any, chat_format: Any = UNKNOWN) -> tuple[Optional[str], str]:
     """(the template text or None, why, for messages) of a model:
 
-    - `source` an HF directory (a path): its tokenizer's own (tokenizer_config.json's
-      `chat_template`, the "default" of a list, else chat_template.jinja), as transformers and
-      vLLM read it; a directory without one is a base model (None);
+    - `source` an HF directory (a path): its tokenizer's own (`hf_dir_chat_template`), as
+      transformers and vLLM read it; a directory without one is a base model (None);
     - `source` a checkpoint (anything with a `meta` dict: `model_meta.ModelCheckpoint`): the
       template its to-hf export writes: meta chat_format "chatml" ChatML's, "model" the
       tokenizer's own (or the one from-hf kept in meta chat_template), null none; a checkpoint

@@ -1,6 +1,6 @@
-"""Chat templates read from files: an HF directory's (tokenizer_config.json's `chat_template`,
-the "default" one of a list, else a `chat_template.jinja` beside it, as transformers and vLLM
-read it), and the file a `--chat-template` flag names."""
+"""Chat templates read from files: what an HF directory holds (tokenizer_config.json's
+`chat_template`, a `chat_template.jinja` beside it, named ones in `additional_chat_templates/`;
+which one a model chats with is `choice.py`'s rule), and the file a `--chat-template` flag names."""
 
 from __future__ import annotations
 
@@ -11,6 +11,15 @@ from typing import Any, Optional
 from easylemur.errors import InputError
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where newer HF checkpoints keep it, beside tokenizer_config.json
+CHAT_TEMPLATE_DIR = "additional_chat_templates"  # named templates, one NAME.jinja each (transformers 5)
+
+
+def token_text(value: Any) -> Optional[str]:
+    """A tokenizer configuration's token entry: a string, an AddedToken dict ({"content": ...})
+    or null."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
 
 
 def default_template(value: Any) -> Optional[str]:
@@ -21,19 +30,29 @@ def default_template(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
-def hf_dir_chat_template(path: str | Path) -> Optional[str]:
-    """An HF directory's chat template text (the "default" one of a list), None without one."""
-    d = Path(path)
-    cfg_file, jinja = d / "tokenizer_config.json", d / CHAT_TEMPLATE_FILE
-    t = None
-    if cfg_file.is_file():
-        try:
-            t = default_template(json.loads(cfg_file.read_text(encoding="utf-8")).get("chat_template"))
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            t = None  # the tokenizer reader names a malformed file; here it only means "no template"
-    if t is None and jinja.is_file():
-        t = jinja.read_text(encoding="utf-8") or None
-    return t
+def config_template(directory: str | Path) -> Any:
+    """tokenizer_config.json's raw `chat_template` value in `directory` (None without one)."""
+    cfg_file = Path(directory) / "tokenizer_config.json"
+    if not cfg_file.is_file():
+        return None
+    try:
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # the tokenizer reader names a malformed file; here it only means "no template"
+    return cfg.get("chat_template") if isinstance(cfg, dict) else None
+
+
+def template_files(directory: str | Path) -> dict[str, str]:
+    """The template files in `directory`, by name, as transformers collects them:
+    chat_template.jinja is "default", additional_chat_templates/NAME.jinja is NAME."""
+    d = Path(directory)
+    found = {}
+    if (d / CHAT_TEMPLATE_FILE).is_file():
+        found["default"] = (d / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    if (d / CHAT_TEMPLATE_DIR).is_dir():
+        for f in sorted((d / CHAT_TEMPLATE_DIR).glob("*.jinja")):
+            found[f.name.removesuffix(".jinja")] = f.read_text(encoding="utf-8")
+    return found
 
 
 def read_template_file(path: str, flag: str = "--chat-template") -> str:

@@ -17,28 +17,30 @@ class ChatRenderer:
     through one (`LoadedModel.chat_renderer`; which template: `choice.chat_template_for`).
 
     The text is the template's, rendered as `ChatTemplate.render` renders it (transformers'
-    sandboxed environment, the tokenizer's special tokens as variables). The ids: an HF
-    tokenizer encodes the whole text (add_special_tokens=False, nothing added: a template that
-    writes `bos_token` gets its BOS from the text, one that does not gets none, exactly as
-    transformers); a sentencepiece tokenizer renders ChatML's template only, through the
-    token-level renderer (chatml.render_prompt: the ids its exported tokenizer.json gives the
-    text, tests/test_chat.py), because sentencepiece reads a literal `<s>` as text where HF
-    reads BOS. Raises InputError for a template it cannot render (naming `where`)."""
+    sandboxed environment, the tokenizer's special tokens as variables: its configuration's, as
+    transformers reads them, else a sentencepiece model's own pieces). The ids are the whole text
+    encoded (add_special_tokens=False, nothing added: a template that writes `bos_token` gets its
+    BOS from the text, one that does not gets none, exactly as transformers) by the tokenizer's
+    `transformers_encoder`: an HF tokenizer itself, the tokenizer.json beside a directory's
+    tokenizer.model (what transformers encodes with there), else the sentencepiece model, whose
+    `encode` follows transformers' rules. One exception: a sentencepiece model without a
+    tokenizer.json rendering ChatML's template goes through the token-level renderer
+    (chatml.render_prompt), the ids training gave it (equal to its exported tokenizer.json's on
+    the text, tests/test_chat.py). Raises InputError for a template that does not compile
+    (naming `where`)."""
 
     def __init__(self, tokenizer: Any, template: str, where: str = "the model"):
         if tokenizer is None:
             raise InputError(f"{where}: no tokenizer, so no chat prompts")
         self.tok, self.template, self.where = tokenizer, template, where
-        self.hf = getattr(tokenizer, "kind", None) == "hf"
-        if not self.hf and template != chatml_template(tokenizer):
-            raise InputError(f"{where}: a chat template other than ChatML's needs an HF tokenizer (tokenizer.json); "
-                             f"tokenizer {tokenizer.model_path} is a sentencepiece model")
-        if self.hf:
-            self.variables = special_tokens(tokenizer.config)
-        else:
+        self.encoder = tokenizer.transformers_encoder
+        self.token_level = self.encoder.kind == "spm" and template == chatml_template(tokenizer)
+        self.variables = special_tokens(self.encoder.config)
+        if self.encoder.kind == "spm":  # LlamaTokenizer's own BOS/EOS/UNK where the configuration names none
             unk = tokenizer.sp.unk_id()
-            self.variables = {k: tokenizer.id_to_piece(i) for k, i in (("bos_token", tokenizer.bos_id),
-                              ("eos_token", tokenizer.eos_id), ("unk_token", unk)) if i is not None and i >= 0}
+            pieces = {k: tokenizer.id_to_piece(i) for k, i in (("bos_token", tokenizer.bos_id),
+                      ("eos_token", tokenizer.eos_id), ("unk_token", unk)) if i is not None and i >= 0}
+            self.variables = {**pieces, **self.variables}
         import jinja2
 
         try:
@@ -75,7 +77,7 @@ class ChatRenderer:
     def prompt_ids(self, messages: Sequence[Mapping[str, str]], assistant_prefix: str = "") -> list[int]:
         """The ids of the conversation and the generation prompt (the assistant's turn opened),
         then `assistant_prefix`, text the reply starts with. Raises TemplateRejected."""
-        if not self.hf:
+        if self.token_level:
             prefix = self.tok.encode(assistant_prefix, continuation=True) if assistant_prefix else []
             return render_prompt(messages, self.tok) + prefix
-        return list(self.tok.encode(self.text(messages) + assistant_prefix))
+        return list(self.encoder.encode(self.text(messages) + assistant_prefix))

@@ -36,15 +36,14 @@ DataError).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from contextvars import ContextVar
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from easylemur.chat.files import CHAT_TEMPLATE_FILE, default_template
+from easylemur.chat.choice import template_of
+from easylemur.chat.files import token_text
 from easylemur.errors import InputError
 
 # the special tokens transformers passes to a template (its `special_tokens_map`), when set
@@ -62,32 +61,9 @@ class TemplateRejected(Exception):
     inside it): the record is bad, the run goes on."""
 
 
-def _token_text(v: Any) -> str | None:
-    if isinstance(v, dict):  # an AddedToken dict
-        v = v.get("content")
-    return v if isinstance(v, str) and v else None
-
-
 def special_tokens(config: Mapping[str, Any]) -> dict[str, str]:
     """The special-token variables a template sees, from a tokenizer_config.json."""
-    return {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(config.get(k))) is not None}
-
-
-def template_of(tokenizer: Any) -> str | None:
-    """The tokenizer's chat template text, None when it has none (or is not an HF tokenizer)."""
-    if getattr(tokenizer, "kind", None) != "hf":
-        return None
-    t = default_template(tokenizer.config.get("chat_template"))
-    if t is not None:
-        return t
-    f = Path(tokenizer.model_path).parent / CHAT_TEMPLATE_FILE
-    return f.read_text(encoding="utf-8") if f.is_file() else None
-
-
-def template_sha256(tokenizer: Any) -> str | None:
-    """The sha256 of the chat template a store's `chat_format: model` documents were rendered with."""
-    t = template_of(tokenizer)
-    return None if t is None else hashlib.sha256(t.encode("utf-8")).hexdigest()
+    return {k: t for k in SPECIAL_TOKEN_KEYS if (t := token_text(config.get(k))) is not None}
 
 
 class _Recorder:

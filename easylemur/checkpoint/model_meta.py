@@ -7,7 +7,9 @@ Layout of a workdir's `checkpoints/<step>/`:
   opt_state/  optimizer state (absent in parameter-only checkpoints such as from-hf output)
   meta/       JSON (written by `make_meta` alone, read by `read_meta`/`read_step`): step,
               model (LlamaConfig fields), tokenizer (base64 sentencepiece model or tokenizer.json,
-              or null) and its sha256, tokenizer_config (a tokenizer.json's tokenizer_config.json),
+              or null) and its sha256, tokenizer_config (a tokenizer.json's configuration, or an
+              HF directory's beside its tokenizer.model), tokenizer_twin (base64, the tokenizer.json
+              beside such a tokenizer.model) and its sha256,
               checksums (a fingerprint per array, added by `store.save`); a run's also rng,
               data_state (every data shard's iterator state, its per-source token counters
               included), nan_skips and the run config; from-hf's: source and stop_ids (every id
@@ -33,13 +35,15 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
-from easylemur.chat.files import hf_dir_chat_template
+from easylemur.chat.choice import hf_dir_chat_template
 from easylemur.chat.formats import CHAT_FORMATS
 from easylemur.checkpoint.paths import as_path
 from easylemur.checkpoint.store import CheckpointError, Saved, manager, read_saved, restore_items, restore_meta, save
 from easylemur.model.config import LlamaConfig
 from easylemur.model.llama import param_specs
 from easylemur.model.stacking import unscan_params
+from easylemur.tokenizer.files import read_tokenizer_config
+from easylemur.tokenizer.spm import SPM_FILE, TWIN_FILE
 
 def model_config_to_json(cfg: LlamaConfig) -> dict:
     d = dataclasses.asdict(cfg)
@@ -71,50 +75,84 @@ def _private_dir() -> Path:
 
 
 def tokenizer_config_of(path: str | Path | None) -> Optional[dict]:
-    """A tokenizer.json's tokenizer_config.json (BOS/EOS, chat template), embedded beside it
-    ({} when it has none); None for a sentencepiece model, which holds its own."""
-    if path is None or Path(path).suffix != ".json":
+    """The configuration embedded beside a tokenizer (BOS/EOS, chat template, `legacy`; with
+    special_tokens_map.json's entries, as transformers reads them): a tokenizer.json's ({} when it
+    has none), an HF directory's tokenizer.model's when it has one; None otherwise (a
+    sentencepiece model holds its own)."""
+    if path is None:
         return None
-    cfg = Path(path).parent / "tokenizer_config.json"
-    return json.loads(cfg.read_text()) if cfg.is_file() else {}
+    p = Path(path)
+    if p.suffix == ".json":
+        return read_tokenizer_config(p.parent)
+    if p.name == SPM_FILE:
+        return read_tokenizer_config(p.parent) or None
+    return None
 
 
-def tokenizer_from_json(blob: Optional[str], sha256: Optional[str] = None, where: str = "checkpoint",
-                        config: Optional[dict] = None) -> Optional[Path]:
-    """The embedded sentencepiece model as a file in this process's private directory, checked
-    against the sha256 its checkpoint recorded (a mismatch is an error naming both hashes). With
-    `config` (an HF tokenizer): `tokenizer.json` in a directory of its own, tokenizer_config.json
-    beside it."""
-    if not blob:
+def twin_of(path: str | Path | None) -> Optional[Path]:
+    """The tokenizer.json beside an HF directory's tokenizer.model (`spm.Tokenizer.twin`: what
+    transformers encodes with there), embedded with it so that the checkpoint chats as the
+    directory did; None without one."""
+    if path is None or Path(path).name != SPM_FILE:
         return None
+    twin = Path(path).parent / TWIN_FILE
+    return twin if twin.is_file() else None
+
+
+def _embedded_file(blob: str, sha256: Optional[str], where: str, what: str) -> tuple[bytes, str]:
+    """An embedded file's bytes and sha256, checked against the one its checkpoint recorded."""
     raw = base64.b64decode(blob)
     digest = _sha256(raw)
     if sha256 and digest != sha256:
-        raise CheckpointError(f"{where}: the embedded tokenizer has sha256 {digest}, but the checkpoint recorded "
+        raise CheckpointError(f"{where}: the embedded {what} has sha256 {digest}, but the checkpoint recorded "
                               f"{sha256}; the checkpoint's meta is damaged")
-    if config is not None:
-        cfg = json.dumps(config, indent=2, ensure_ascii=False)
-        d = _private_dir() / f"tokenizer-{digest}-{_sha256(cfg.encode())[:16]}"
-        if not d.exists():  # written once per process; only this process can write here
-            d.mkdir()
+    return raw, digest
+
+
+def tokenizer_from_json(blob: Optional[str], sha256: Optional[str] = None, where: str = "checkpoint",
+                        config: Optional[dict] = None, twin: Optional[str] = None,
+                        twin_sha256: Optional[str] = None) -> Optional[Path]:
+    """The embedded tokenizer as a file in this process's private directory, checked against the
+    sha256 its checkpoint recorded (a mismatch is an error naming both hashes): a sentencepiece
+    `.model` alone, or, with `config` (an HF tokenizer's, or a directory's beside its
+    tokenizer.model) or a `twin` (the tokenizer.json beside a tokenizer.model), an HF directory of
+    its own holding them as the source directory did."""
+    if not blob:
+        return None
+    raw, digest = _embedded_file(blob, sha256, where, "tokenizer")
+    hf = raw.lstrip()[:1] == b"{"  # a tokenizer.json; a sentencepiece model is a protobuf
+    if config is None and twin is None:
+        path = _private_dir() / f"tokenizer-{digest}.model"
+        if not path.exists():  # written once per process; only this process can write here
+            with open(path, "xb") as f:
+                f.write(raw)
+        return path
+    cfg = json.dumps(config or {}, indent=2, ensure_ascii=False)
+    twin_raw, twin_digest = _embedded_file(twin, twin_sha256, where, "tokenizer.json") if twin else (None, "")
+    d = _private_dir() / f"tokenizer-{digest}-{_sha256((cfg + twin_digest).encode())[:16]}"
+    if not d.exists():  # written once per process; only this process can write here
+        d.mkdir()
+        if config is not None:
             (d / "tokenizer_config.json").write_text(cfg)
-            (d / "tokenizer.json").write_bytes(raw)
-        return d / "tokenizer.json"
-    path = _private_dir() / f"tokenizer-{digest}.model"
-    if not path.exists():  # written once per process; only this process can write here
-        with open(path, "xb") as f:
-            f.write(raw)
-    return path
+        if twin_raw is not None:
+            (d / TWIN_FILE).write_bytes(twin_raw)
+        (d / (TWIN_FILE if hf else SPM_FILE)).write_bytes(raw)
+    return d / (TWIN_FILE if hf else SPM_FILE)
 
 
 def make_meta(step: int, model_cfg: LlamaConfig, tokenizer_path: str | Path | None, **extra: Any) -> dict:
-    """The one writer of a checkpoint's `meta` item: step, model config, embedded tokenizer,
-    plus what the caller adds (a run: rng, data_state, nan_skips, config; from-hf: source)."""
+    """The one writer of a checkpoint's `meta` item: step, model config, embedded tokenizer (with
+    the configuration and tokenizer.json beside an HF directory's tokenizer.model), plus what the
+    caller adds (a run: rng, data_state, nan_skips, config; from-hf: source)."""
     blob = tokenizer_to_json(tokenizer_path)
     hf_config = tokenizer_config_of(tokenizer_path)
+    twin = twin_of(tokenizer_path)
+    twin_blob = tokenizer_to_json(twin)
     return {"step": step, "model": model_config_to_json(model_cfg), "tokenizer": blob,
             "tokenizer_sha256": _sha256(base64.b64decode(blob)) if blob else None,
-            **({"tokenizer_config": hf_config} if hf_config is not None else {}), **extra}
+            **({"tokenizer_config": hf_config} if hf_config is not None else {}),
+            **({"tokenizer_twin": twin_blob, "tokenizer_twin_sha256": _sha256(twin.read_bytes())} if twin else {}),
+            **extra}
 
 
 def hf_dir_chat_format(path: str | Path) -> Optional[str]:
@@ -177,7 +215,8 @@ class ModelCheckpoint(Saved):
         """The embedded tokenizer as a file (a sentencepiece model, or a tokenizer.json with its
         tokenizer_config.json beside it), or None when the checkpoint has none."""
         return tokenizer_from_json(self.meta.get("tokenizer"), self.meta.get("tokenizer_sha256"), str(self.path),
-                                   self.meta.get("tokenizer_config"))
+                                   self.meta.get("tokenizer_config"), self.meta.get("tokenizer_twin"),
+                                   self.meta.get("tokenizer_twin_sha256"))
 
 
 def _model_checkpoint(saved: Saved) -> ModelCheckpoint:

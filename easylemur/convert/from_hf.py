@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from easylemur.chat.files import hf_dir_chat_template
+from easylemur.chat.choice import hf_dir_chat_template, template_in
 from easylemur.checkpoint import model_meta
 from easylemur.convert import hf
 from easylemur.convert.dtypes import ConvertError, _dtype_name, _np_dtype, cast
@@ -114,8 +114,10 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
 
         stops = export_stop_ids(out_cfg.eos_token_id, tok, declared, source_template)  # generate and to-hf read them back
         extra: dict[str, Any] = {"chat_format": "model" if source_template else None}
-        if source_template and not (tok is not None and tok.kind == "hf" and tok.config.get("chat_template")):
-            # the embedded tokenizer does not carry it (sentencepiece, or a chat_template.jinja file)
+        if source_template and template_in((tok.config if tok is not None else {}).get("chat_template"), {}) != \
+                source_template:
+            # the embedded tokenizer's configuration does not carry it (a chat_template.jinja or a
+            # named template file won over it, or there is none)
             extra["chat_template"] = source_template
         meta = model_meta.make_meta(0, out_cfg, tok_path, stop_ids=stops, source={
             "converted_from": "hf", "hf_dir": str(hf_dir.absolute()), "hf_vocab_size": cfg.vocab_size}, **extra)

@@ -247,7 +247,9 @@ def to_hf(checkpoint_path: str | Path, out: str | Path, *, step: int | None = No
             tok.save_hf(staged, template, write_chat_template=template is not None,
                         model_max_length=cfg.max_position_embeddings)
             notes.append(f"chat template: {why}")
-            if tok.kind == "spm" and write_fast_tokenizer(staged, tok, notes.append):
+            if tok.kind == "spm" and tok.twin is not None:
+                notes.append("wrote tokenizer.json: the one beside the source's tokenizer.model, as it came")
+            elif tok.kind == "spm" and write_fast_tokenizer(staged, tok, notes.append):
                 notes.append("wrote tokenizer.json (transformers' fast tokenizer, its ids checked against easylemur's)")
             pad_id = tok.pad_id
         else:

@@ -38,7 +38,7 @@ from easylemur.config import source_dict
 from easylemur.data.files import JSONL_SUFFIXES, PARQUET_SUFFIXES, _remote, _url_fs, detect_kind, resolve_files
 from easylemur.data.jsonl import iter_jsonl_records
 from easylemur.data.readers import ParquetSource, open_source
-from easylemur.chat.template import template_sha256
+from easylemur.chat.choice import template_sha256
 from easylemur.data.decontam import document_text
 from easylemur.data.records import SHOW_FIRST_BAD, BadRecord, DataError
 from easylemur.data.store import (

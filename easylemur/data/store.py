@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from easylemur import storage
-from easylemur.chat.template import template_sha256
+from easylemur.chat.choice import template_sha256
 from easylemur.data.files import STORE_MANIFEST
 from easylemur.data.records import DataError
 

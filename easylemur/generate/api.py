@@ -42,6 +42,7 @@ class LoadedModel:
         if self.chat_template == AUTO:
             self.chat_template, self.chat_template_why = chat_template_for(None, self.tokenizer)
         self._renderer = None
+        self._template_where: Optional[str] = None  # a template given by use_chat_template: what names it
         if self.config.scan_layers:
             self.config = dataclasses.replace(self.config, scan_layers=False)
         self._forward = jax.jit(
@@ -88,8 +89,10 @@ class LoadedModel:
                                      top_k=top_k, top_p=top_p, seed=seed, stop_ids=stops, on_token=on_token)
 
     def use_chat_template(self, template: Optional[str], why: str) -> None:
-        """Chat with `template` from now on (serve/generate --chat-template FILE)."""
+        """Chat with `template` from now on (serve/generate --chat-template FILE): `why` names it
+        in messages, and in errors about the template itself."""
         self.chat_template, self.chat_template_why, self._renderer = template, why, None
+        self._template_where = why
 
     def chat_renderer(self):
         """The `ChatRenderer` of this model's chat template (chat/renderer.py); an
@@ -100,7 +103,8 @@ class LoadedModel:
             raise InputError(f"{self.path}: no chat template ({self.chat_template_why}), so not a chat model; give it "
                              "one (serve and generate take --chat-template FILE), or complete text instead")
         if self._renderer is None or self._renderer.template != self.chat_template:
-            self._renderer = ChatRenderer(self._tok(), self.chat_template, f"{self.path}'s chat template")
+            where = self._template_where or f"{self.path}'s chat template"
+            self._renderer = ChatRenderer(self._tok(), self.chat_template, where)
         return self._renderer
 
     def chat_prompt_ids(self, messages: Messages, assistant_prefix: str = "") -> list[int]:
@@ -130,6 +134,8 @@ class LoadedModel:
             raise InputError(f"stream=True prints one prompt's text; got {len(ids)} prompts")
         on_token = TextStream(tok) if stream else None
         new = self.generate(ids, max_new_tokens=max_new_tokens, on_token=on_token, **opts)
+        if on_token is not None:
+            on_token.finish()
         return [truncate_at_stops(tok.decode(n), stop) for n in new]
 
     def complete(self, prompts: str | Sequence[str], *, max_new_tokens: int = 128, stop: Sequence[str] = (),

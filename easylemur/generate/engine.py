@@ -326,26 +326,34 @@ def truncate_at_stops(text: str, stops: Sequence[str]) -> str:
 
 
 class TextStream:
-    """Prints one row's decoded text as its tokens arrive (for `on_token`)."""
+    """Prints one row's text as its tokens arrive (for `on_token`), in pieces that never change
+    (`detok.IncrementalText`: half a character waits for its next byte); `finish` prints what
+    still waits when the reply ends. What it prints is the reply's decoded text."""
 
     def __init__(self, tokenizer, out=None):
-        self.tokenizer = tokenizer
+        from easylemur.generate.detok import IncrementalText
+
+        self.text = IncrementalText(tokenizer)
         self.out = out or sys.stdout
-        self.ids: list[int] = []
-        self.shown = ""
+        self.next = 0  # the next step to print
         self.steps: dict[int, int] = {}
+
+    def _write(self, piece: str) -> None:
+        if piece:
+            self.out.write(piece)
+            self.out.flush()
 
     def __call__(self, step: int, tokens: np.ndarray) -> None:
         # Host callbacks may arrive out of order: print steps strictly in sequence.
         self.steps[step] = int(tokens[0])
-        while len(self.ids) in self.steps:
-            t = self.steps.pop(len(self.ids))
-            self.ids.append(t)
-        ids = [t for t in self.ids if t != NO_TOKEN]
-        text = self.tokenizer.decode(ids)
-        if text.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
-            return
-        if text.startswith(self.shown):
-            self.out.write(text[len(self.shown):])
-            self.out.flush()
-        self.shown = text
+        new = []
+        while self.next in self.steps:
+            t = self.steps.pop(self.next)
+            self.next += 1
+            if t != NO_TOKEN:
+                new.append(t)
+        if new:
+            self._write(self.text.push(new))
+
+    def finish(self) -> None:
+        self._write(self.text.finish())

@@ -1,7 +1,7 @@
 """Tokenizers: `spm.py` (sentencepiece, as Llama-2 ships it; ChatML pieces; HF tokenizer files;
-the CLI), `hf.py` (HF `tokenizers`' tokenizer.json: Llama-3, Qwen2.5, DeepSeek-Coder), and
-`load_tokenizer`, which picks the kind a path holds. Imports only `errors` and ChatML's markers
-and template (`chat.chatml`, the floor below)."""
+the CLI), `hf.py` (HF `tokenizers`' tokenizer.json: Llama-3, Qwen2.5, DeepSeek-Coder), `files.py`
+(the configuration files beside them), and `load_tokenizer`, which picks the kind a path holds.
+Imports only `errors` and chat's floor (`chat.chatml`'s markers and template, `chat.files`)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,4 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     if Path(path).is_dir():
         raise TokenizerError(f"tokenizer directory {path} holds neither tokenizer.model nor tokenizer.json")
     raise TokenizerError(f"tokenizer model {path} does not exist")
+

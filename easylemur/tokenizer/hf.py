@@ -8,7 +8,8 @@ added tokens matched in raw text, special ones included: "<|endoftext|>" in a do
 token, as for sentencepiece's "</s>", docs/design.md "Literal special-token text"; special ones
 read as text only where tokenizer_config.json says `split_special_tokens`, as AutoTokenizer
 does), nothing added around the text. BOS,
-EOS and pad come from `tokenizer_config.json` beside it (a string or an AddedToken dict each).
+EOS and pad come from `tokenizer_config.json` beside it, or `special_tokens_map.json` as
+transformers reads it (`files.read_tokenizer_config`; a string or an AddedToken dict each).
 `bos_id` is None when the tokenizer has no BOS (`bos_token` null, as Qwen2.5, or
 `add_bos_token: false`): documents are then framed as tokens + EOS (data/tokenize.py) and
 conversations start at their first `<|im_start|>` (chat/chatml.py). `decode` is lossless: no
@@ -28,17 +29,10 @@ import numpy as np
 from tokenizers import Tokenizer as _HFTokenizer
 
 from easylemur.chat.chatml import CHATML_TOKENS, IM_END, IM_START, chatml_template
-from easylemur.tokenizer.spm import TokenizerError
+from easylemur.chat.files import token_text
+from easylemur.tokenizer.files import TOKENIZER_CONFIG, TokenizerError, read_tokenizer_config
 
 TOKENIZER_JSON = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
-
-
-def _token_text(v: Any) -> str | None:
-    """A tokenizer_config.json token entry: a string, an AddedToken dict ({"content": ...}) or null."""
-    if isinstance(v, dict):
-        v = v.get("content")
-    return v if isinstance(v, str) and v else None
 
 
 def _strip_prefix_space(node: Any) -> tuple[Any, bool]:
@@ -84,9 +78,8 @@ class HFTokenizer:
         self.model_path = str(path)
         if tokenizer_json is None:
             tokenizer_json = path.read_bytes()
-        if config is None:
-            cfg_file = path.parent / TOKENIZER_CONFIG
-            config = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+        if config is None:  # tokenizer_config.json and special_tokens_map.json beside it, as transformers reads them
+            config = read_tokenizer_config(path.parent)
         self._json = tokenizer_json
         self.config = config
         try:
@@ -114,12 +107,12 @@ class HFTokenizer:
         self.vocab_size: int = max(vocab.values()) + 1
 
         def tid(name: str) -> int | None:
-            text = _token_text(config.get(name))
+            text = token_text(config.get(name))
             if text is None:
                 return None
             i = self.tok.token_to_id(text)
             if i is None:
-                raise TokenizerError(f"tokenizer {self.model_path}: {TOKENIZER_CONFIG} names {name} {text!r}, which is "
+                raise TokenizerError(f"tokenizer {self.model_path}: its configuration names {name} {text!r}, which is "
                                      f"not in {TOKENIZER_JSON}")
             return i
 
@@ -127,8 +120,8 @@ class HFTokenizer:
         self.bos_id: int | None = bos if config.get("add_bos_token", True) is not False else None
         eos = tid("eos_token")
         if eos is None:
-            raise TokenizerError(f"tokenizer {self.model_path}: no eos_token (in {TOKENIZER_CONFIG} beside it); "
-                                 "documents end with EOS")
+            raise TokenizerError(f"tokenizer {self.model_path}: no eos_token (in {TOKENIZER_CONFIG} or "
+                                 "special_tokens_map.json beside it); documents end with EOS")
         self.eos_id: int = eos
         # padded positions are masked everywhere: any id will do
         pad = tid("pad_token")
@@ -160,6 +153,12 @@ class HFTokenizer:
 
     def __setstate__(self, state):
         self.__init__(state["model_path"], state["json"], state["config"])
+
+    @property
+    def transformers_encoder(self) -> "HFTokenizer":
+        """What transformers encodes this model's text with: this tokenizer (spm.Tokenizer's may
+        be the tokenizer.json beside it)."""
+        return self
 
     @property
     def has_chatml(self) -> bool:

@@ -18,6 +18,7 @@ tests/test_tokenizer.py compares the two over many random strings, for both kind
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,7 +32,10 @@ import sentencepiece as spm
 
 from easylemur.chat.chatml import CHAT_TEMPLATE, CHATML_TOKENS, IM_END, IM_START
 from easylemur.errors import InputError
+from easylemur.tokenizer.files import TokenizerError, read_tokenizer_config
 
+SPM_FILE = "tokenizer.model"  # an HF directory's sentencepiece model
+TWIN_FILE = "tokenizer.json"  # transformers' fast tokenizer beside it: what transformers encodes with
 DEFAULT_TOKENIZER_PATH = str(Path(__file__).resolve().parents[2] / "tokenizer" / "easylemur_bpe.model")
 
 
@@ -80,11 +84,7 @@ def tokenizer_file(path: str | os.PathLike) -> Path:
     (an HF directory, an export). The one place that knows where a directory keeps it; the
     result may not exist (callers say what they expected)."""
     path = Path(path)
-    return path / "tokenizer.model" if path.is_dir() else path
-
-
-class TokenizerError(InputError):
-    pass
+    return path / SPM_FILE if path.is_dir() else path
 
 
 class Tokenizer:
@@ -92,12 +92,21 @@ class Tokenizer:
 
     kind = "spm"  # hf.HFTokenizer: "hf"
 
-    def __init__(self, model_path: str, model_proto: bytes | None = None):
+    def __init__(self, model_path: str, model_proto: bytes | None = None, config: dict | None = None):
         self.model_path = str(model_path)
         if model_proto is None:
             with open(self.model_path, "rb") as f:
                 model_proto = f.read()
         self._proto = model_proto
+        # An HF directory's tokenizer.model: the configuration beside it, as transformers reads it
+        # (special tokens, chat template, `legacy`); a .model file of any other name has none.
+        if config is None:
+            here = Path(self.model_path)
+            config = read_tokenizer_config(here.parent) if here.name == SPM_FILE else {}
+        self.config = config
+        # legacy: true (transformers' Metaspace prepend_scheme "always"): text after a matched token
+        # gets the dummy prefix too; the default (false) gives it only at the start of the input
+        self.legacy = config.get("legacy") is True
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
         # Models with a dummy prefix (Llama-2's) follow HF's rule, not sentencepiece's (see
         # `encode`): a copy of the model with the flag off encodes everything but the start.
@@ -152,10 +161,35 @@ class Tokenizer:
 
     # pickling (grain worker processes): ship the model bytes, not the C++ object
     def __getstate__(self):
-        return {"model_path": self.model_path, "proto": self._proto}
+        return {"model_path": self.model_path, "proto": self._proto, "config": self.config}
 
     def __setstate__(self, state):
-        self.__init__(state["model_path"], state["proto"])
+        self.__init__(state["model_path"], state["proto"], state.get("config"))
+
+    @property
+    def transformers_encoder(self):
+        """What transformers and vLLM encode this model's text with: the `twin` when there is one,
+        else this tokenizer (its `encode` follows transformers' rules, legacy included). Chat
+        prompts and lm-eval's requests encode with it."""
+        return self.twin or self
+
+    @functools.cached_property
+    def twin(self):
+        """The `tokenizer.json` beside an HF directory's tokenizer.model (`hf.HFTokenizer`), None
+        without one. transformers and vLLM encode with it, not with the sentencepiece model (a
+        Llama-2-chat or Mistral repo ships both, and its tokenizer.json may be "legacy", prefixing
+        "▁" after special tokens), so chat prompts and lm-eval's ids are its ids
+        (`transformers_encoder`); training keeps the sentencepiece model."""
+        here = Path(self.model_path)
+        twin = here.parent / TWIN_FILE
+        if here.name != SPM_FILE or not twin.is_file():
+            return None
+        from easylemur.tokenizer.hf import HFTokenizer
+
+        # a configuration without BOS/EOS/UNK: the model's own pieces (LlamaTokenizer's defaults)
+        pieces = {k: self.id_to_piece(i) for k, i in (("bos_token", self.bos_id), ("eos_token", self.eos_id),
+                                                       ("unk_token", self.sp.unk_id())) if i is not None and i >= 0}
+        return HFTokenizer(twin, config={**pieces, **self.config})
 
     @property
     def has_chatml(self) -> bool:
@@ -176,9 +210,11 @@ class Tokenizer:
         return bool(text) and text[0] not in " \u2581" and not text.startswith(self._user_defined)
 
     def has_literal_specials(self, text: str) -> bool:
-        """Whether `text` holds the text of a CONTROL/UNKNOWN piece ("<s>", "</s>", "<pad>",
-        "<unk>"), which `encode` matches as its id where sentencepiece alone would spell it out."""
-        return any(t in text for t in self._literal)
+        """Whether `encode` must cut `text` at matched pieces itself: it holds the text of a
+        CONTROL/UNKNOWN piece ("<s>", "</s>", "<pad>", "<unk>"), which `encode` matches as its id
+        where sentencepiece alone would spell it out, or, for a `legacy` tokenizer, of any matched
+        piece (the text after it gets a dummy prefix, which sentencepiece would not give it)."""
+        return any(t in text for t in self._literal) or (self.legacy and any(t in text for t in self._user_defined))
 
     def _sp_for(self, text: str, continuation: bool) -> spm.SentencePieceProcessor:
         """The processor for plain text (no CONTROL/UNKNOWN piece's text in it): the dummy-prefix
@@ -188,13 +224,13 @@ class Tokenizer:
     def _encode_split(self, text: str, continuation: bool) -> list[int]:
         """`encode` of text holding a CONTROL/UNKNOWN piece's text, as transformers does it: the
         matched pieces (those and the USER_DEFINED ones) cut the text, each matched piece is its
-        id, and only text at offset 0 of the input gets a dummy prefix."""
+        id, and only text at offset 0 of the input gets a dummy prefix (`legacy`: every part)."""
         ids: list[int] = []
         for k, part in enumerate(self._split.split(text)):
             if k % 2:
                 ids.append(self._matched[part])
-            elif part:
-                ids += self._sp_for(part, continuation or k > 0).encode(part)
+            elif part:  # legacy: every later part gets the dummy prefix rule, else only the first
+                ids += self._sp_for(part, continuation if k == 0 else not self.legacy).encode(part)
         return ids
 
     def encode(self, text: str, *, continuation: bool = False) -> list[int]:
@@ -259,16 +295,22 @@ class Tokenizer:
 
         `chat_template` None: ChatML's when the tokenizer has the markers (to-hf decides per the
         checkpoint's chat_format and passes its choice); write_chat_template=False: none at all.
-        `model_max_length`: the model's context (to-hf: max_position_embeddings), else 2^30."""
+        `model_max_length`: the model's context (to-hf: max_position_embeddings), else 2^30.
+        With a `twin` (an HF directory's tokenizer.json beside the model), that tokenizer.json and
+        its configuration are written instead, as the directory held them."""
         if not write_chat_template:
             chat_template = None
         elif chat_template is None:
             chat_template = CHAT_TEMPLATE if self.has_chatml else None
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.model_path, out / "tokenizer.model") if os.path.abspath(
+        shutil.copyfile(self.model_path, out / SPM_FILE) if os.path.abspath(
             self.model_path
-        ) != os.path.abspath(out / "tokenizer.model") else None
+        ) != os.path.abspath(out / SPM_FILE) else None
+        if self.twin is not None:  # the source's tokenizer.json and configuration, as they came (with the template)
+            self.twin.save_hf(out, chat_template, write_chat_template=chat_template is not None,
+                              model_max_length=model_max_length)
+            return
         piece = self.id_to_piece
         added = {}
         for i in sorted({self.sp.unk_id(), self.bos_id, self.eos_id, self.pad_id}

@@ -123,6 +123,9 @@ class EasylemurLM(TemplateLM):
         self.tok = self.model.tokenizer
         if self.tok is None:
             raise InputError(f"model_args path={path}: no tokenizer beside the model; lm-eval's tasks are text")
+        # requests are encoded as lm-eval's hf backend encodes them: with the tokenizer transformers
+        # loads (a directory's tokenizer.json beside its tokenizer.model)
+        self.enc = self.tok.transformers_encoder
         limit = self.model.config.max_position_embeddings
         self._max_length = limit if max_length in (None, "") else int(max_length)
         if not 1 < self._max_length <= limit:
@@ -226,16 +229,17 @@ class EasylemurLM(TemplateLM):
                    **kwargs: Any) -> list[int]:
         """`[BOS] + encode(string)` (add_special_tokens None or True), as the HF export's tokenizer
         (add_bos_token true) gives HFLM. A string that already starts with the BOS piece's text
-        gets that BOS and no second one, as HFLM's `has_bos_prefix` rule."""
+        (a chat template wrote it) is encoded as it is, with no BOS added, as HFLM's
+        `has_bos_prefix` rule: its text gives the BOS, and what follows is encoded as after one."""
         bos = self.tok.bos_id
         if bos is not None and add_special_tokens is not False:
             piece = self.tok.id_to_piece(bos)
             if add_special_tokens is None and piece and string.startswith(piece):
-                ids = [bos] + self.tok.encode(string[len(piece):], continuation=True)
+                ids = self.enc.encode(string)
             else:
-                ids = [bos] + self.tok.encode(string)
+                ids = [bos] + self.enc.encode(string)
         else:
-            ids = self.tok.encode(string)
+            ids = self.enc.encode(string)
         return ids[-left_truncate_len:] if left_truncate_len else ids
 
     def tok_decode(self, ids: Sequence[int]) -> str:
