@@ -192,3 +192,52 @@ def _stream(srv, body) -> list[str]:
                 delta = json.loads(line[6:])["choices"][0]["delta"]
                 pieces.append(delta.get("content") or "")
     return pieces
+
+
+def test_a_template_file_chats_a_sentencepiece_base_model_as_transformers(layouts, tmp_path):
+    """`--chat-template FILE` on a directory with tokenizer.model alone and no template of its own:
+    the server starts and prompts as apply_chat_template(chat_template=that text) does."""
+    import shutil
+
+    from chat_layouts import LLAMA2_CHAT_TEMPLATE
+    from easylemur.serve.server import Server
+
+    d = tmp_path / "base"
+    shutil.copytree(layouts["spm_only"], d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    auto = AutoTokenizer.from_pretrained(str(d))
+    srv = Server(easylemur.load(d), port=0, slots=1, chat_template=LLAMA2_CHAT_TEMPLATE,
+                 chat_template_why="--chat-template llama2.jinja")
+    try:
+        for conv in CONVERSATIONS[:12]:
+            want = auto.apply_chat_template(conv, chat_template=LLAMA2_CHAT_TEMPLATE, add_generation_prompt=True,
+                                            return_dict=False)
+            assert srv.service.chat_ids(conv) == list(want), conv
+    finally:
+        srv.scheduler.close()
+        srv.engine.close()
+        srv.httpd.server_close()
+
+
+@pytest.mark.parametrize("decoder", [False, True])
+def test_special_tokens_as_transformers_reads_them(decoder, layouts, tmp_path):
+    """BOS/EOS from special_tokens_map.json over tokenizer_config.json's, unless the config has
+    added_tokens_decoder (then transformers reads no map): the ids equal AutoTokenizer's."""
+    import shutil
+
+    from easylemur.tokenizer.hf import HFTokenizer
+
+    d = tmp_path / "tok"
+    shutil.copytree(layouts["two_templates"], d)
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|pad|>"}
+    if decoder:
+        vocab = json.loads((d / "tokenizer.json").read_text())
+        cfg["added_tokens_decoder"] = {str(t["id"]): {k: v for k, v in t.items() if k != "id"}
+                                       for t in vocab["added_tokens"]}
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (d / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|end_of_text|>"}))
+    ours, auto = HFTokenizer.load(d), AutoTokenizer.from_pretrained(str(d))
+    assert (ours.bos_id, ours.eos_id) == (auto.bos_token_id, auto.eos_token_id)
+    assert ours.id_to_piece(ours.eos_id) == ("<|pad|>" if decoder else "<|end_of_text|>")
