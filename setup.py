@@ -33,6 +33,10 @@ setup(
         "tqdm>=4.66",
         "absl-py>=2.0",
         "protobuf>=4",
+        # the server's HTTP stack (easylemur/serve/http.py), as vLLM's: uvicorn over h11, a Starlette app
+        "uvicorn>=0.30",
+        "starlette>=0.40",
+        "h11>=0.16",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "transformers>=5.0", "torch==2.13.0", "protobuf>=4", "tensorboard>=2.15", "jax[tpu]>=0.10.0",

@@ -88,9 +88,7 @@ def test_api_server_and_lm_eval_prompt_as_transformers(layout, layouts):
 
         _assert_equal_ids(server_ids, auto, f"{layout}: the server")
     finally:
-        srv.scheduler.close()
-        srv.engine.close()
-        srv.httpd.server_close()
+        srv.close()
 
     # lm-eval's --apply_chat_template: the text apply_chat_template renders, and its ids (every
     # template here writes BOS, so the hf backend adds none: tok_encode's has_bos_prefix rule)
@@ -216,9 +214,7 @@ def test_a_template_file_chats_a_sentencepiece_base_model_as_transformers(layout
                                             return_dict=False)
             assert srv.service.chat_ids(conv) == list(want), conv
     finally:
-        srv.scheduler.close()
-        srv.engine.close()
-        srv.httpd.server_close()
+        srv.close()
 
 
 @pytest.mark.parametrize("decoder", [False, True])

@@ -231,12 +231,16 @@ class SlotEngine:
             raise GenerateError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
         bucket = self.prefill_bucket(n)
         key = (bucket, bool(echo))
-        if key not in self._prefill:
-            self._prefill[key] = self._build_prefill(bucket, bool(echo))
+        with self._lock:
+            program = self._prefill.get(key)
+        if program is None:  # compiled at its first call (`prefill_ready` compiles ahead, off this thread)
+            program = self._build_prefill(bucket, bool(echo))
+            with self._lock:
+                self._prefill.setdefault(key, program)
         arr = np.zeros((1, bucket), np.int32)
         arr[0, :n] = ids
         cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
-        cache, self.logits, self.index, last, extra = self._prefill[key](
+        cache, self.logits, self.index, last, extra = program(
             self.params, cache, self.logits, self.index, np.int32(slot), arr, np.int32(n))
         self.cache = cache
         self.active[slot] = True
@@ -285,13 +289,48 @@ class SlotEngine:
                 return
             key, specs = job
             try:
-                program = self._compile(key, specs)
-            except Exception:  # the step falls back to a larger program, as before
+                if key[0] == "prefill":
+                    program = self._build_prefill(*key[1:]).lower(*specs).compile()
+                else:
+                    program = self._compile(key, specs)
+            except Exception:  # a step falls back to a larger program, a prefill compiles when it is called
                 program = None
             with self._lock:
                 self._pending.discard(key)
-                if program is not None:
+                if program is not None and key[0] == "prefill":
+                    self._prefill[key[1:]] = program
+                elif program is not None:
                     self._steps[key] = program
+
+    def _background(self, key: tuple, specs: tuple) -> None:
+        """Queues a compile on the background thread (started at the first); call under _lock."""
+        if key in self._pending:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._compiler, name="easylemur-step-compiler", daemon=True)
+            self._thread.start()
+        self._pending.add(key)
+        self._queue.put((key, specs))
+
+    def prefill_ready(self, n: int, echo: bool = False) -> bool:
+        """Whether a prompt of `n` tokens prefills without compiling first; when not, its program
+        starts compiling on the background thread (the server admits such a prompt once it is
+        ready, and meanwhile keeps decoding the others). With a mesh, programs compile when first
+        called (jit picks the shardings the arrays arrive with): always ready."""
+        key = (self.prefill_bucket(max(n, 1)), bool(echo))
+        with self._lock:
+            if key in self._prefill or self.mesh is not None:
+                return True
+
+            def spec(x):
+                return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+
+            cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
+            scalar = jax.ShapeDtypeStruct((), np.int32)
+            specs = (*jax.tree.map(spec, (self.params, cache, self.logits, self.index)), scalar,
+                     jax.ShapeDtypeStruct((1, key[0]), np.int32), scalar)
+            self._background(("prefill", *key), specs)
+            return False
 
     def _step_program(self, n: int, span: int) -> tuple[tuple[int, int], Any]:
         """(bucket, program) for a step of (n, span): the exact bucket once compiled; before
@@ -304,13 +343,7 @@ class SlotEngine:
                 return key, self._steps[key]
             cover = [k for k in self._steps if k[0] >= n and k[1] >= span]
             if cover and self.mesh is None:
-                if key not in self._pending:
-                    if self._thread is None:
-                        self._thread = threading.Thread(target=self._compiler, name="easylemur-step-compiler",
-                                                        daemon=True)
-                        self._thread.start()
-                    self._pending.add(key)
-                    self._queue.put((key, self._specs(n)))
+                self._background(key, self._specs(n))
                 best = min(cover, key=lambda k: (k[0] * k[1], k))
                 return best, self._steps[best]
         program = self._compile(key, self._specs(n))

@@ -12,6 +12,7 @@ given. A request without max_tokens gets 16 on /v1/completions (OpenAI's default
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -41,6 +42,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help=f"max_tokens of a chat request that sets none (default {CHAT_MAX_TOKENS}; "
                              f"/v1/completions: {COMPLETION_MAX_TOKENS}, OpenAI's), at most the context left after "
                              "the prompt")
+    parser.add_argument("--api-key", default=None,
+                        help="require 'Authorization: Bearer KEY' on /v1 routes (401 otherwise), as vLLM's --api-key; "
+                             "default: $EASYLEMUR_API_KEY, else $VLLM_API_KEY, else none")
+    parser.add_argument("--max-body-mb", type=float, default=16,
+                        help="the largest request body accepted, in MiB (413 beyond; default 16)")
     parser.add_argument("--dtype", default=None, help="compute dtype (default float32)")
     parser.add_argument("--mesh", default=None, help="shard the model, e.g. 'data:1,fsdp:1,tensor:-1' (default: one device)")
     add_debug_flag(parser)
@@ -58,10 +64,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from easylemur.chat.files import read_template_file
 
         template = read_template_file(args.chat_template)
+    if args.max_body_mb <= 0:
+        raise InputError(f"--max-body-mb={args.max_body_mb} must be > 0")
+    api_key = args.api_key or os.environ.get("EASYLEMUR_API_KEY") or os.environ.get("VLLM_API_KEY") or None
     model = load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
     server = Server(model, host=args.host, port=args.port, slots=args.slots, max_queue=args.max_queue,
                     max_len=args.max_len, name=args.model_name, chat_template=template,
-                    chat_template_why=f"--chat-template {args.chat_template}", default_max_tokens=args.default_max_tokens)
+                    chat_template_why=f"--chat-template {args.chat_template}", default_max_tokens=args.default_max_tokens,
+                    api_key=api_key, max_body=int(args.max_body_mb * 2**20))
+    if not server.loopback and api_key is None:
+        print(f"warning: --host {args.host} reaches beyond this machine and no --api-key is set: anyone who can "
+              "connect can use the model", file=sys.stderr, flush=True)
     server.warmup()
     chat = server.service.chat_why if server.service.renderer is not None else "none, chat is a 400"
     print(f"serving {server.service.name} at http://{args.host}:{server.port}/v1 ({args.slots} slots, "
