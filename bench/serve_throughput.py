@@ -3,7 +3,8 @@ concurrent clients against transformers' `generate` one request at a time and ba
 same random Llama (default about 10M parameters: d=256, 4 layers, 4 heads, ff 704, vocab 32000),
 the same prompts, greedy, on this machine.
 
-    python bench/serve_throughput.py [--clients 1,8,32 --new-tokens 64 --prompt-len 32 --requests-per-client 2]
+    python bench/serve_throughput.py [--clients 1,8,32 --new-tokens 64 --prompt-len 32 --requests-per-client 2
+                                      --reply-tokens 1024]
 
 The server runs in this process (HTTP on 127.0.0.1, a free port, --slots = the largest client
 count, --max-len = prompt + new tokens) after a warm-up that compiles its programs (every step
@@ -13,6 +14,13 @@ decodes exactly --new-tokens per row; the server may stop a row early at an end 
 model rarely says one), so tokens/s counts the tokens it returned. Prints one JSON line per
 client count with both rates and their ratios, then a summary line. Not a test: timings go here,
 never into assertions.
+
+First, the cost of the server around one long reply (`--reply-tokens`, default 1024; 0 skips it):
+the same random model with the shipped tokenizer's vocabulary and that tokenizer (so that the
+reply's text is decoded, as a chat reply's is), one slot, one greedy reply non-streamed and one
+streamed, against the slot engine alone decoding the same number of tokens (prefill + steps, no
+HTTP, no text) and `LoadedModel.generate` (one compiled loop) for them: the ratios say what the
+server adds per reply (each decoded text, stop-string checks, events, HTTP).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--requests-per-client", type=int, default=2)
+    ap.add_argument("--reply-tokens", type=int, default=1024)
     add_model_args(ap, hidden=256, layers=4, heads=4, ff=704, vocab=32000)
     args = ap.parse_args()
 
@@ -43,6 +52,8 @@ def main() -> None:
 
     from easylemur.serve.server import Server
 
+    if args.reply_tokens:
+        print(json.dumps(_reply_overhead(args)), flush=True)
     hf, ours, params = random_llama(args)  # float32 compute on both sides
 
     levels = [int(c) for c in args.clients.split(",")]
@@ -99,6 +110,61 @@ def main() -> None:
     print(json.dumps({"params": params, "slots": max(levels), "server_compile_s": compile_s, "lone_slot": lone,
                       "step_programs": len(srv.engine.step_buckets()),
                       "torch_threads": torch.get_num_threads(), "cores": os.cpu_count(), "results": rows}))
+
+
+def _reply_overhead(args) -> dict:
+    """One long reply through the server against the engine alone and `generate` (module doc)."""
+    import numpy as np
+
+    from easylemur.serve.server import Server
+    from easylemur.tokenizer.spm import Tokenizer
+
+    tok = Tokenizer.load()
+    _, model, _ = random_llama(argparse.Namespace(**{**vars(args), "vocab": tok.vocab_size}))
+    model.tokenizer = tok
+    R, P = args.reply_tokens, args.prompt_len
+    prompt = np.random.default_rng(1).integers(3, tok.vocab_size, P).tolist()
+    srv = Server(model, port=0, slots=1, max_len=P + R + 1)
+    srv.warmup()
+    srv.engine.warmup()
+    srv.start()
+    url = f"http://127.0.0.1:{srv.port}/v1/completions"
+    body = {"prompt": prompt, "max_tokens": R, "temperature": 0}
+    _post(url, {**body, "max_tokens": 2})  # the prefill bucket
+    t = time.perf_counter()
+    reply = _post(url, body)
+    whole_s = time.perf_counter() - t
+    n = reply["usage"]["completion_tokens"]  # the random model may say a stop id before R
+    t = time.perf_counter()
+    streamed = _stream(url, body)
+    stream_s = time.perf_counter() - t
+    assert streamed == reply["choices"][0]["text"]
+    eng = srv.engine
+    srv.shutdown()
+    t = time.perf_counter()
+    eng.prefill(0, prompt)
+    for _ in range(n - 1):
+        eng.step()
+    engine_s = time.perf_counter() - t
+    eng.release(0)
+    model.generate([prompt], max_new_tokens=n, stop_ids=[])  # compiles
+    t = time.perf_counter()
+    model.generate([prompt], max_new_tokens=n, stop_ids=[])
+    generate_s = time.perf_counter() - t
+    return {"reply_tokens": n, "server_s": whole_s, "server_streamed_s": stream_s, "engine_alone_s": engine_s,
+            "generate_s": generate_s, "server_over_engine": whole_s / engine_s,
+            "streamed_over_engine": stream_s / engine_s, "server_over_generate": whole_s / generate_s}
+
+
+def _stream(url: str, body: dict) -> str:
+    req = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    text = ""
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for line in r:
+            if line.startswith(b"data: {"):
+                text += json.loads(line[6:])["choices"][0]["text"]
+    return text
 
 
 def _lone_slot_steps(model, sized, prompt: list, n: int) -> dict:
