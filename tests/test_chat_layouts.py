@@ -237,3 +237,19 @@ def test_special_tokens_as_transformers_reads_them(decoder, layouts, tmp_path):
     ours, auto = HFTokenizer.load(d), AutoTokenizer.from_pretrained(str(d))
     assert (ours.bos_id, ours.eos_id) == (auto.bos_token_id, auto.eos_token_id)
     assert ours.id_to_piece(ours.eos_id) == ("<|pad|>" if decoder else "<|end_of_text|>")
+
+
+def test_text_prompts_are_encoded_as_transformers_encodes_them(layouts):
+    """/v1/completions' text prompts on a legacy sentencepiece + tokenizer.json repo: BOS and the
+    ids transformers' tokenizer gives (a leading space, special-token text, text after it)."""
+    from easylemur.serve.server import Server
+
+    d = layouts["llama2_chat"]
+    auto = AutoTokenizer.from_pretrained(str(d))
+    srv = Server(easylemur.load(d), port=0, slots=1)
+    try:
+        for text in (" leading space", "a</s> b<s>[INST] c", "def f(x):\n    return x  # ünï"):
+            jobs, _, _ = srv.service.completion_jobs({"prompt": text, "max_tokens": 1})
+            assert jobs[0].ids == auto(text)["input_ids"], text
+    finally:
+        srv.close()

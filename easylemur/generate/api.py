@@ -150,7 +150,8 @@ class LoadedModel:
         for i, t in enumerate(texts):
             check_text(t, "prompt" if single else f"prompt {i}")
         bos = [tok.bos_id] if tok.bos_id is not None else []  # as pre-training documents start
-        out = self._decode_texts([bos + tok.encode(t) for t in texts], max_new_tokens, stop, stream, **opts)
+        enc = tok.transformers_encoder  # as transformers and vLLM encode the text (a directory's tokenizer.json)
+        out = self._decode_texts([bos + enc.encode(t) for t in texts], max_new_tokens, stop, stream, **opts)
         return out[0] if single else out
 
     def chat(self, conversations: str | Messages | Sequence[Messages], *, max_new_tokens: int = 128,

@@ -422,7 +422,7 @@ class Service:
                 _utf8(x, where, "prompt")
                 self._bound(len(x), where)
                 bos = [self.tok.bos_id] if self.tok.bos_id is not None else []
-                return bos + self.tok.encode(x), x
+                return bos + self.tok.transformers_encoder.encode(x), x  # as vLLM encodes it
             if isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
                 bad = [t for t in x if not 0 <= t < V]
                 if bad:
