@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import math
 import os
 import signal
 import statistics
@@ -58,8 +59,13 @@ def _on_tpu_vm() -> bool:
 
 
 def jax_heartbeat_seconds(heartbeat: float) -> int:
-    """JAX's own heartbeat timeout: the backstop after ours (it aborts every process unnamed)."""
-    return int(heartbeat) + 15
+    """JAX's own heartbeat timeout T, the backstop after ours (it aborts every process unnamed),
+    set so that ours always comes first (docs/design.md, "Lost hosts and hangs"). JAX beats every
+    T/2 and declares a process dead T after its last beat, so it can react as early as T/2 after
+    a fault (the probe with T = 45: beats every 22.5 s, aborts 22.5-45 s after). Ours names the
+    lost process at most `heartbeat` + two beat intervals (each at most 1 s) after it: T/2 =
+    `heartbeat` + 10 leaves 8 s to spare at every setting."""
+    return 2 * math.ceil(heartbeat) + 20
 
 
 def initialize(d: Any) -> None:
@@ -196,9 +202,13 @@ class Guard:
         self.phase("step")
         self.progress = now
 
+    def median_step(self) -> float:
+        """The median of the measurable step times (a step under 1 ms is too short to time)."""
+        timed = [d for d in self.durations if d >= 1e-3]
+        return statistics.median(timed) if timed else 0.0
+
     def limit(self) -> float:
-        median = statistics.median(self.durations) if self.durations else 0.0
-        return max(self.factor * median, self.floor)
+        return max(self.factor * self.median_step(), self.floor)
 
     def finish(self) -> None:
         """A clean end: peers stop watching this process; the watch keeps going through JAX's
@@ -315,7 +325,7 @@ class Guard:
             if self.armed and self.phase_name not in LONG_PHASES and now - self.progress > self.limit():
                 if self._peer_in_long_phase(now):
                     self.progress = now  # this process waits in a collective for a peer's compile or save
-                else:
+                elif not self._peer_going_silent(now):  # a silent peer's verdict (lost, named) comes first
                     self.hang(now - self.progress)
 
     def _check_peers(self, now: float, stale: bool = True) -> None:
@@ -347,6 +357,13 @@ class Guard:
         if self.pid != 0 and now - self._last_ok > self.heartbeat:
             self.lost(0, f"the coordinator has not answered for {now - self._last_ok:.0f} s: killed, stalled or "
                       f"unreachable ({self._last_error or 'no answer'})", now - self._last_ok)
+
+    def _peer_going_silent(self, now: float) -> bool:
+        """Whether a peer's beat has stopped changing (for more than three beat intervals): within
+        the heartbeat timeout it is named lost, or it beats again; either way that verdict, not a
+        local hang, is the pod's (one order of verdicts)."""
+        return self.count > 1 and any(value != "done" and not value.startswith("exit ") and
+                                      now - changed > 3 * self.interval for value, changed in self._peers.values())
 
     def _peer_in_long_phase(self, now: float) -> bool:
         """Whether a live peer's beat says it is compiling, saving or evaluating (each process
@@ -387,7 +404,7 @@ class Guard:
                     verdict=f"{lost} {cause}", detect_seconds=round(detect_seconds, 1))
 
     def hang(self, seconds: float) -> None:
-        median = statistics.median(self.durations) if self.durations else 0.0
+        median = self.median_step()
         line = (f"hang: no step finished for {seconds:.0f} s (limit max({self.factor:g} x median step {median:.2f} s, "
                 f"floor {self.floor:g} s)); process {self.pid} is in step {self.at} {self.phase_name}"
                 f"{self._behind()}; every thread's stack is above; exit {EXIT_HANG}")
