@@ -10,8 +10,8 @@ Starts N processes of 'python -m easylemur.train TRAIN_ARG ...' on CPUs, each wi
 free port), --config.distributed.num_processes=N and --config.distributed.process_id=i; process
 i's output goes to DIR/process<i>.log (default: a new directory under \${TMPDIR:-/tmp}), and
 'process <i> <pid>' lines to stdout, so that one can be killed or stopped (kill -STOP PID).
-It waits for every process and prints 'process <i> exited <status> after <s> s' for each, then
-exits with the first non-zero status (0 when all exited 0). Exit statuses of train: 0 done,
+It waits for every process and prints 'process <i> exited <status> after <s> s' for each as it
+exits, then exits with the first non-zero status (0 when all exited 0). Exit statuses of train: 0 done,
 1 failed, 2 bad input, 75 a process of the pod lost, 76 a hang (no step within the watchdog's
 limit), 143/130 stopped by SIGTERM/SIGINT after a save.
 
@@ -62,11 +62,16 @@ done
 # a Ctrl-C or SIGTERM to this script reaches every process
 trap 'kill -TERM "${PIDS[@]}" 2>/dev/null || true' INT TERM
 
+# each exit said when it happens (wait -n), not in process order: a stopped coordinator does not
+# hide the workers' exits
+declare -A INDEX
+for ((i = 0; i < N; i++)); do INDEX[${PIDS[$i]}]=$i; done
 START=$SECONDS FIRST=0
-for ((i = 0; i < N; i++)); do
-    rc=0
-    wait "${PIDS[$i]}" || rc=$?
-    echo "process $i exited $rc after $((SECONDS - START)) s"
+for ((left = N; left > 0; left--)); do
+    rc=0 DONE=""
+    wait -n -p DONE "${PIDS[@]}" || rc=$?
+    [ -n "$DONE" ] || break  # no child left to wait for
+    echo "process ${INDEX[$DONE]} exited $rc after $((SECONDS - START)) s"
     if [ "$FIRST" = 0 ] && [ "$rc" != 0 ]; then FIRST=$rc; fi
 done
 exit "$FIRST"

@@ -356,3 +356,20 @@ def test_goodput_counts_a_lost_host_with_its_detection_and_restart():
     assert x["ended"] == "lost" and x["steps_lost"] == 2 and x["detect_seconds"] == 5.5 and x["restart_seconds"] == 14.0
     assert "detected after 5.5 s, restarted (first step) 14.0 s later" in report_text(r, "w")
     assert "launch 1 (lost: process 2) reached step 6" in report_text(r, "w")
+
+
+def test_local_pod_script_says_each_exit_when_it_happens(tmp_path):
+    """local_pod.sh reports exits in the order they happen: process 0 still running (or stopped)
+    does not hide the others'. A stand-in for python: process i sleeps (N - i) x 0.4 s, exits i."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/usr/bin/env bash\n"
+                    "for a in \"$@\"; do case $a in --config.distributed.process_id=*) i=${a#*=} ;; esac; done\n"
+                    "sleep \"$(( (3 - i) * 4 ))e-1\"\nexit \"$i\"\n")
+    fake.chmod(0o755)
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "local_pod.sh"), "3", "--port", "1", "--logs", str(tmp_path / "logs"), "--",
+                        "--config", "x.py"], capture_output=True, text=True, env={**os.environ, "PYTHON": str(fake)},
+                       timeout=60)
+    order = [line.split()[1] for line in p.stdout.splitlines() if " exited " in line]
+    assert order == ["2", "1", "0"], p.stdout + p.stderr
+    assert p.returncode == 2  # the first non-zero status, in the order of exits
+

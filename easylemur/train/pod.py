@@ -399,9 +399,11 @@ class Guard:
         who = f"process {process} of {self.count}" if isinstance(process, int) else process
         head = "lost the pod" if process is None else f"lost {who}"
         lost = process if isinstance(process, int) else "-"
+        # this process itself stalled past the timeout: every peer has given up on it already (no
+        # beat or answer from it for that long), so even the coordinator has no one to outlive
         self._leave(EXIT_LOST_HOST, "lost", f"{head} ({cause}); process {self.pid} stops in step {self.at}, exit "
                     f"{EXIT_LOST_HOST}; run the same command to resume from the newest checkpoint", process=process,
-                    verdict=f"{lost} {cause}", detect_seconds=round(detect_seconds, 1))
+                    verdict=f"{lost} {cause}", detect_seconds=round(detect_seconds, 1), outlive=process is not None)
 
     def hang(self, seconds: float) -> None:
         median = self.median_step()
@@ -412,8 +414,9 @@ class Guard:
                     verdict=f"- no step finished for {seconds:.0f} s{self._behind()}")
 
     def _leave(self, code: int, status: str, line: str, stacks: bool = False, verdict: str = "- -",
-               **fields: Any) -> None:
-        """Says `line`, records it, tells the peers (`exit CODE LOST CAUSE`) and exits `code`."""
+               outlive: bool = True, **fields: Any) -> None:
+        """Says `line`, records it, tells the peers (`exit CODE LOST CAUSE`) and exits `code`
+        (the coordinator after its peers, unless `outlive` is false)."""
         if not self.exiting.acquire(blocking=False):
             threading.Event().wait()  # another thread is leaving already
         self.armed = False
@@ -446,7 +449,7 @@ class Guard:
         if self.on_exit is not None:
             _bounded(self.on_exit, 10.0)
         _flush_std()
-        if self.pid == 0 and self.count > 1:
+        if self.pid == 0 and self.count > 1 and outlive:
             self._outlive_peers()
         os._exit(code)
 
