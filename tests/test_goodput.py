@@ -141,8 +141,24 @@ def test_accounting_of_synthetic_events():
     assert r["wall_seconds"] == 85 and r["goodput"] == pytest.approx(15 / 85)
     assert r["launches"] == 2 and r["interruptions"] == 1 and r["steps_lost"] == 4
     assert r["interruption_details"] == [{"launch": 1, "ended": "killed", "reached_step": 9, "resumed_from": 5,
-                                          "steps_lost": 4, "lost_seconds": pytest.approx(13), "down_seconds": 15}]
+                                          "steps_lost": 4, "lost_seconds": pytest.approx(13), "down_seconds": 15,
+                                          "relaunched": True}]
     assert r["state"] == "done" and r["last_step"] == 10
+
+
+def test_a_lost_last_launch_is_an_interruption_with_its_cause_before_any_relaunch():
+    """A pod that lost a host and was not relaunched (yet) still reports who, why and when."""
+    lost = SYNTHETIC[:9] + [
+        _ev("a", "fault", 36.0, step=9, at=10, cause="lost", phase="step", process=2, detect_seconds=30.6,
+            message="lost process 2 of 4 (no heartbeat for 30 s ...)"),
+        _ev("a", "end", 36.0, step=9, status="lost")]
+    r = goodput.account(lost)
+    assert r["state"] == "lost" and r["interruptions"] == 1 and r["steps_lost"] == 0
+    x = r["interruption_details"][0]
+    assert (x["relaunched"], x["lost_process"], x["detect_seconds"], x["resumed_from"]) == (False, 2, 30.6, None)
+    text = goodput.report_text(r, "w")
+    assert "launch 1 (lost: process 2) reached step 9, not relaunched" in text and "detected after 30.6 s" in text
+    assert "lost process 2 of 4 (no heartbeat" in text
 
 
 def test_a_signal_stop_loses_no_steps_and_a_kill_in_compile_loses_no_training():

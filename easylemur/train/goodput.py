@@ -232,7 +232,8 @@ def account(events: Sequence[dict]) -> dict:
     """The run's goodput from its events (`read_events`): wall seconds from the first launch's
     start to the last record, seconds and fractions per category (they sum to the wall time),
     goodput = train / wall, and each interruption (a launch that ended other than done and was
-    followed by another): how it ended, the step it reached, the step the next launch resumed
+    followed by another, or the last launch when a fault ended it, `relaunched` false): how it
+    ended, its cause and lost process, the step it reached, the step the next launch resumed
     from, the steps lost (recomputed) and the seconds lost and down."""
     launches: dict[str, list[dict]] = {}
     for e in events:
@@ -259,21 +260,27 @@ def account(events: Sequence[dict]) -> dict:
         for k, v in part.items():
             seconds[k] += v
         spans.append((start, last))
-        if nxt is not None and status != "done":
-            reached, resumed = _last_step(ev), _resumed_from(nxt)
+        fault = next((e for e in ev if e["event"] == "fault"), None)
+        # an interruption: a launch that ended other than done and was followed by another, or the
+        # last launch when a fault ended it (not relaunched yet: nothing lost is counted until then)
+        if status != "done" and (nxt is not None or (end is not None and fault is not None)):
+            reached = _last_step(ev)
+            resumed = _resumed_from(nxt) if nxt is not None else None
             interruptions.append({
                 "launch": i + 1, "ended": status, "reached_step": reached, "resumed_from": resumed,
-                "steps_lost": max(0, (reached or 0) - resumed), "lost_seconds": part["lost"],
+                "steps_lost": max(0, (reached or 0) - resumed) if resumed is not None else 0,
+                "lost_seconds": part["lost"], "relaunched": nxt is not None,
             })
-            fault = next((e for e in ev if e["event"] == "fault"), None)
             if fault is not None:
-                # a lost host or a hang (docs/design.md, "Lost hosts and hangs"): how long it went
-                # unnoticed, and from the launch's end to the next launch's first step
-                first = next((e["time"] for e in nxt if e["event"] == "step" and e.get("first")), None)
+                # a lost host or a hang (docs/design.md, "Lost hosts and hangs"): which process, how
+                # long it went unnoticed, and from the launch's end to the next launch's first step
                 interruptions[-1]["detect_seconds"] = fault.get("detect_seconds")
+                interruptions[-1]["cause"] = fault.get("message")
                 if fault.get("process") is not None:
                     interruptions[-1]["lost_process"] = fault["process"]
-                interruptions[-1]["restart_seconds"] = (first - last) if first is not None else None
+                if nxt is not None:
+                    first = next((e["time"] for e in nxt if e["event"] == "step" and e.get("first")), None)
+                    interruptions[-1]["restart_seconds"] = (first - last) if first is not None else None
     for i in range(1, len(spans)):
         down = max(0.0, spans[i][0] - spans[i - 1][1])
         seconds["down"] += down
@@ -313,12 +320,15 @@ def report_text(r: dict, workdir: str) -> str:
     lines.append(f"interruptions: {r['interruptions']}, steps lost: {r['steps_lost']}")
     for x in r["interruption_details"]:
         ended = x["ended"] + (f": process {x['lost_process']}" if x.get("lost_process") is not None else "")
-        lines.append(f"  launch {x['launch']} ({ended}) reached step {x['reached_step']}, the next resumed from "
-                     f"step {x['resumed_from']}: {x['steps_lost']} steps lost ({_duration(x['lost_seconds'])}), "
-                     f"down {_duration(x.get('down_seconds', 0.0))}"
+        after = (f"the next resumed from step {x['resumed_from']}: {x['steps_lost']} steps lost "
+                 f"({_duration(x['lost_seconds'])}), down {_duration(x.get('down_seconds', 0.0))}"
+                 if x.get("relaunched", True) else "not relaunched (run the same command to resume)")
+        lines.append(f"  launch {x['launch']} ({ended}) reached step {x['reached_step']}, {after}"
                      + (f", detected after {_duration(x['detect_seconds'])}" if x.get("detect_seconds") is not None else "")
                      + (f", restarted (first step) {_duration(x['restart_seconds'])} later"
                         if x.get("restart_seconds") is not None else ""))
+        if x.get("cause"):
+            lines.append(f"    {x['cause']}")
     return "\n".join(lines)
 
 

@@ -255,7 +255,9 @@ class Guard:
         as soon as its coordination service is gone, which is before any heartbeat timeout when
         the coordinator's process dies. A C-level SIGABRT handler (a ctypes callback: the
         aborting thread takes the GIL) turns that into this module's line and exit code. Our own
-        beats end a worker's loss earlier than JAX's heartbeat, so the abort means the coordinator."""
+        beats end a worker's loss earlier than JAX's heartbeat (`jax_heartbeat_seconds`), so the
+        abort usually means the coordinator; where JAX came first (a setting a user forced), the
+        peer whose beat is stalest is named, and the detection time is its silence."""
         import ctypes
 
         handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
@@ -264,11 +266,20 @@ class Guard:
             if self.phase_name == "done":  # every step and save of this process is done
                 os.write(2, b"warning: JAX's coordination agent failed in the shutdown, after training ended\n")
                 os._exit(0)
-            self._check_peers(time.monotonic(), stale=False)  # a verdict a peer wrote already is the one to say
+            now = time.monotonic()
+            self._check_peers(now, stale=False)  # a verdict a peer wrote already is the one to say
+            # JAX's report of which task it found unhealthy is on stderr, out of reach here; the
+            # beats name the likeliest: the peer silent longest, when it has been silent a while
+            silent = {p: now - t for p, (v, t) in self._peers.items() if v != "done" and not v.startswith("exit ")}
+            stalest = max(silent, key=silent.get) if silent else None
+            quiet = stalest is not None and silent[stalest] > 3 * self.interval
+            if quiet and (self.pid == 0 or stalest != 0):
+                self.lost(stalest, f"JAX's coordination service declared a process lost (above); process {stalest}'s "
+                          f"beat is the stalest here: none for {silent[stalest]:.0f} s", silent[stalest])
             if self.pid == 0:
                 self.lost("a peer", "JAX's coordination service declared a process lost (above)")
             self.lost(0, "the coordinator: JAX's runtime aborted this process (above), as it does when the "
-                      "coordination service is gone")
+                      "coordination service is gone", silent.get(0, now - self._last_ok))
 
         self._abort_handler = handler_type(on_abort)  # kept: the C side holds only the pointer
         libc = ctypes.CDLL(None)
