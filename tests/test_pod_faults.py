@@ -279,6 +279,31 @@ def test_watchdog_limit_is_the_larger_of_the_median_times_factor_and_the_floor(m
     with g.long("save"):
         assert g.phase_name == "save"
     assert g.phase_name == "data" and time.monotonic() - g.progress < 100  # the watch starts over after a long phase
+    g.durations.clear()
+    g.durations.extend([0.0, 0.0, 0.0, 2.0])  # steps too short to time are left out of the median
+    assert g.median_step() == 2.0 and g.limit() == 20.0
+
+
+def test_a_silent_peers_verdict_comes_before_a_local_hang():
+    """One order of verdicts: while a peer's beat has stopped changing (it will be named lost
+    within the heartbeat timeout, or beat again), the watchdog does not call a local hang; and
+    JAX's own heartbeat can never fire before easylemur's verdict (it may react T_jax / 2 after
+    a fault; ours comes at most T + 2 s after it)."""
+    from ml_collections import ConfigDict
+
+    cfg = ConfigDict({"distributed": {"heartbeat_timeout_seconds": 30}, "watchdog": {"step_factor": 10.0,
+                                                                                      "floor_seconds": 5.0}})
+    g = pod_mod.Guard(cfg)
+    g.count = 4
+    now = time.monotonic()
+    g._peers = {1: ("7 3 step", now - 0.5), 2: ("6 3 step", now - 0.5), 3: ("9 3 step", now)}
+    assert not g._peer_going_silent(now)
+    g._peers[2] = ("6 3 step", now - 3.5 * g.interval)  # stopped: its beat no longer changes
+    assert g._peer_going_silent(now)
+    g._peers[2] = ("exit 75 1 lost", now - 10)  # a peer that said it exits is no silent peer
+    assert not g._peer_going_silent(now)
+    for t in (1, 5, 30, 100):
+        assert pod_mod.jax_heartbeat_seconds(t) / 2 >= t + 2 + 8
 
 
 def test_a_peer_refusing_bad_input_during_setup_is_given_time_to_be_refused_alike(monkeypatch):
@@ -366,9 +391,9 @@ def test_local_pod_script_says_each_exit_when_it_happens(tmp_path):
                     "for a in \"$@\"; do case $a in --config.distributed.process_id=*) i=${a#*=} ;; esac; done\n"
                     "sleep \"$(( (3 - i) * 4 ))e-1\"\nexit \"$i\"\n")
     fake.chmod(0o755)
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "local_pod.sh"), "3", "--port", "1", "--logs", str(tmp_path / "logs"), "--",
-                        "--config", "x.py"], capture_output=True, text=True, env={**os.environ, "PYTHON": str(fake)},
-                       timeout=60)
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "local_pod.sh"), "3", "--port", "1", "--logs",
+                        str(tmp_path / "logs"), "--", "--config", "x.py"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHON": str(fake)}, timeout=60)
     order = [line.split()[1] for line in p.stdout.splitlines() if " exited " in line]
     assert order == ["2", "1", "0"], p.stdout + p.stderr
     assert p.returncode == 2  # the first non-zero status, in the order of exits
