@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -302,15 +302,16 @@ class SlotEngine:
                 elif program is not None:
                     self._steps[key] = program
 
-    def _background(self, key: tuple, specs: tuple) -> None:
-        """Queues a compile on the background thread (started at the first); call under _lock."""
+    def _background(self, key: tuple, specs: Callable[[], tuple]) -> None:
+        """Queues a compile on the background thread (started at the first) unless it is queued
+        already; `specs` is called only then (the scheduler asks every step). Call under _lock."""
         if key in self._pending:
             return
         if self._thread is None:
             self._thread = threading.Thread(target=self._compiler, name="easylemur-step-compiler", daemon=True)
             self._thread.start()
         self._pending.add(key)
-        self._queue.put((key, specs))
+        self._queue.put((key, specs()))
 
     def prefill_ready(self, n: int, echo: bool = False) -> bool:
         """Whether a prompt of `n` tokens prefills without compiling first; when not, its program
@@ -321,16 +322,18 @@ class SlotEngine:
         with self._lock:
             if key in self._prefill or self.mesh is not None:
                 return True
-
-            def spec(x):
-                return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
-
-            cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
-            scalar = jax.ShapeDtypeStruct((), np.int32)
-            specs = (*jax.tree.map(spec, (self.params, cache, self.logits, self.index)), scalar,
-                     jax.ShapeDtypeStruct((1, key[0]), np.int32), scalar)
-            self._background(("prefill", *key), specs)
+            self._background(("prefill", *key), lambda: self._prefill_specs(key[0]))
             return False
+
+    def _prefill_specs(self, bucket: int) -> tuple:
+        """The prefill's argument shapes for a prompt bucket: what a compile needs."""
+        def spec(x):
+            return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+
+        cache = [{"k": c["k"], "v": c["v"], "seg": c["seg"]} for c in self.cache]
+        scalar = jax.ShapeDtypeStruct((), np.int32)
+        return (*jax.tree.map(spec, (self.params, cache, self.logits, self.index)), scalar,
+                jax.ShapeDtypeStruct((1, bucket), np.int32), scalar)
 
     def _step_program(self, n: int, span: int) -> tuple[tuple[int, int], Any]:
         """(bucket, program) for a step of (n, span): the exact bucket once compiled; before
@@ -343,7 +346,7 @@ class SlotEngine:
                 return key, self._steps[key]
             cover = [k for k in self._steps if k[0] >= n and k[1] >= span]
             if cover and self.mesh is None:
-                self._background(key, self._specs(n))
+                self._background(key, lambda: self._specs(n))
                 best = min(cover, key=lambda k: (k[0] * k[1], k))
                 return best, self._steps[best]
         program = self._compile(key, self._specs(n))

@@ -140,7 +140,9 @@ def build_app(service: Any, *, api_key: Optional[str] = None, loopback: bool = T
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    logging.getLogger("uvicorn.error").addFilter(_Quiet())
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _Quiet) for f in uvicorn_log.filters):  # once per process, not per server
+        uvicorn_log.addFilter(_Quiet())
 
     def error(status: int, message: str, kind: str, param: Optional[str] = None, headers=None) -> JSONResponse:
         return JSONResponse(error_body(message, kind, param, status), status_code=status, headers=headers)
@@ -290,17 +292,26 @@ def build_app(service: Any, *, api_key: Optional[str] = None, loopback: bool = T
         """Whom the scheduler takes turns between, and shares the queue among: an address."""
         return request.client.host if request.client else ""
 
-    async def completions(request: Request) -> Response:
+    async def accepted(request: Request, make) -> Any:
+        """(what `make` made, whether to stream) for a request authorized, read, validated and
+        queued (`make`: the Service method; it tokenizes, so it runs off the event loop), or the
+        Response refusing it."""
         if (denied := await authorized(request)) is not None:
             return denied
         try:
             body = await body_of(request)
-            s = service
-            jobs, texts, opts = await run_in_threadpool(s.completion_jobs, body, client_of(request))
-            stream = s.stream_flag(body)
-            s.scheduler.submit(jobs)
+            made = await run_in_threadpool(make, body, client_of(request))
+            service.scheduler.submit(made[0] if isinstance(made[0], list) else [made[0]])
+            return made, service.stream_flag(body)
         except RequestError as e:
             return request_error(e)
+
+    async def completions(request: Request) -> Response:
+        got = await accepted(request, service.completion_jobs)
+        if isinstance(got, Response):
+            return got
+        (jobs, texts, _), stream = got
+        s = service
         rid, created = "cmpl-" + uuid.uuid4().hex, int(time.time())
         deadline = time.time() + request_timeout
         if stream:
@@ -349,16 +360,11 @@ def build_app(service: Any, *, api_key: Optional[str] = None, loopback: bool = T
                                                            "total_tokens": n_prompt + usage_out}})
 
     async def chat(request: Request) -> Response:
-        if (denied := await authorized(request)) is not None:
-            return denied
-        try:
-            body = await body_of(request)
-            s = service
-            job, opts = await run_in_threadpool(s.chat_job, body, client_of(request))
-            stream = s.stream_flag(body)
-            s.scheduler.submit([job])
-        except RequestError as e:
-            return request_error(e)
+        got = await accepted(request, service.chat_job)
+        if isinstance(got, Response):
+            return got
+        (job, _), stream = got
+        s = service
         rid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
         deadline = time.time() + request_timeout
         if stream:
