@@ -42,7 +42,7 @@ class LocalPod:
         self.logs = self.workdir.parent / f"logs-{time.monotonic_ns()}"
         self.logs.mkdir(parents=True)
         port = free_port()
-        e = {**env(1), **QUICK}
+        e = {**env(1), **QUICK, "TMPDIR": str(self.logs)}  # JAX's diverted native log (pod.native_log) goes here
         if fault:
             e["EASYLEMUR_FAULT"] = fault
         self.procs = []
@@ -80,10 +80,13 @@ class LocalPod:
         return max([e["step"] for e in events if e["event"] == "step" and e["launch"] == starts[-1]], default=0)
 
     def wait_until(self, cond, timeout: float = 240) -> None:
+        """Polls until `cond()`; fails at `timeout`, or at once when every process ended without it."""
         deadline = time.monotonic() + timeout
-        while not cond():
+        while True:
             self.poll()
-            if time.monotonic() > deadline:
+            if cond():
+                return
+            if time.monotonic() > deadline or len(self.ended) == self.n:
                 self.kill()
                 raise AssertionError("timed out:\n" + "\n".join(self.log(i)[-1500:] for i in range(self.n)))
             time.sleep(0.05)
@@ -103,6 +106,16 @@ class LocalPod:
         lines = [line for line in self.log(i).splitlines() if line.startswith("error: ")]
         assert len(lines) == 1, (i, self.log(i)[-3000:])
         return lines[0]
+
+    def jax_trace(self, i: int) -> str:
+        """Process i left after JAX's abort: its console holds no C++ trace; the file its line names does."""
+        assert "Check failure stack trace" not in self.log(i) and "    @ " not in self.log(i), self.log(i)[-3000:]
+        line = self.error_line(i)
+        path = Path(line.split("JAX's message and C++ trace: ")[1].split(")")[0])
+        assert path.parent == self.logs, line
+        text = path.read_text()
+        assert "Check failure stack trace" in text, text
+        return text
 
 
 def newest_complete(workdir: Path) -> int:
@@ -180,6 +193,7 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
     for i in (1, 2, 3):
         assert pod.error_line(i).startswith("error: lost process 0 of 4 ("), pod.error_line(i)
         assert "coordinator" in pod.error_line(i)
+        assert "Failed to send RPC to coordination service" in pod.jax_trace(i)
     check_saves(workdir)
     first = losses(workdir)  # steps 1..3 or more, computed from step 0 without a stop
     same_where_both(reference, first, range(1, STEPS + 1))
@@ -240,6 +254,26 @@ def test_a_stopped_worker_and_a_hung_data_read_end_the_pod(pod_run, monkeypatch)
     assert pod.wait() == [75, 75, 75, 75]
     ended_within(pod, continued, 5, (1,))
     assert "stalled" in pod.error_line(1) or "coordinator" in pod.error_line(1), pod.error_line(1)
+
+    # 1b. the coordinator stopped: the workers name it; continued, it finds itself stalled and leaves
+    # at once (its peers gave up on it), and the launch has one fault record (process 1's)
+    pods.append(pod := LocalPod(workdir, overrides=O))
+    pod.wait_until(lambda: pod.steps_done() >= 1)
+    pod.procs[0].send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    pod.wait_until(lambda: all(i in pod.ended for i in (1, 2, 3)))
+    ended_within(pod, stopped, LOST_BOUND, (1, 2, 3))
+    for i in (1, 2, 3):
+        assert pod.error_line(i).startswith("error: lost process 0 of 4 ("), pod.error_line(i)
+    pod.procs[0].send_signal(signal.SIGCONT)
+    continued = time.monotonic()
+    assert pod.wait() == [75, 75, 75, 75]
+    ended_within(pod, continued, 5, (0,))
+    assert "stalled" in pod.error_line(0), pod.error_line(0)
+    events = [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
+    launch = [e for e in events if e["event"] == "start"][-1]["launch"]
+    assert [(e["event"], e.get("process")) for e in events if e["launch"] == launch and e["event"] in ("fault", "end")] \
+        == [("fault", 0), ("end", None)], events
     resume = newest_complete(workdir)
 
     # 2. a data read that never returns on process 3: the step watchdog, on every process
@@ -257,7 +291,7 @@ def test_a_stopped_worker_and_a_hung_data_read_end_the_pod(pod_run, monkeypatch)
     assert f"step {hang_at} data" in pod.error_line(3)
     events = [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
     faults = [e for e in events if e["event"] == "fault"]
-    assert [e["cause"] for e in faults] == ["lost", "hang"] and "stacks" in faults[-1]
+    assert [e["cause"] for e in faults] == ["lost", "lost", "hang"] and "stacks" in faults[-1]
     assert not (workdir / "run.lock").exists()  # released before os._exit
 
 
@@ -398,3 +432,31 @@ def test_local_pod_script_says_each_exit_when_it_happens(tmp_path):
     assert order == ["2", "1", "0"], p.stdout + p.stderr
     assert p.returncode == 2  # the first non-zero status, in the order of exits
 
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_where_jax_aborts_first_the_task_it_names_is_named_and_its_trace_kept_off_the_console(pod_run, monkeypatch):
+    """JAX's heartbeat forced below easylemur's (`jax_heartbeat_timeout_seconds` 4 s against the
+    default 30 s): JAX aborts every survivor ("tasks are unhealthy (stopped sending heartbeats):
+    2") before any easylemur verdict. Each survivor names process 2 from JAX's own message, not the
+    coordinator by assumption; its console holds one line and no C++ trace, which is in the file
+    the line names; goodput records one fault, by the coordinator, naming process 2."""
+    workdir, pods = pod_run
+    quick(monkeypatch)
+    o = ["data.shards=3", "train.batch_size=6", "train.steps=400", "checkpoint.every=1000", "checkpoint.keep=0",
+         "distributed.jax_heartbeat_timeout_seconds=4", f"watchdog.floor_seconds={FLOOR}"]
+    pods.append(pod := LocalPod(workdir, n=3, overrides=o))
+    pod.wait_until(lambda: pod.steps_done() >= 2)
+    pod.procs[2].send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    pod.wait_until(lambda: all(i in pod.ended for i in (0, 1)), timeout=60)
+    ended_within(pod, stopped, 4 + 6, (0, 1))  # JAX's limit (no easylemur verdict before 30 s)
+    for i in (0, 1):
+        line = pod.error_line(i)
+        assert line.startswith("error: lost process 2 of 3 (JAX's coordination service found it unhealthy"), line
+        assert pod.procs[i].returncode == 75
+        assert "unhealthy (stopped sending heartbeats)" in pod.jax_trace(i)
+    pod.kill()
+    faults = [json.loads(x) for x in (workdir / "events.jsonl").read_text().splitlines() if '"fault"' in x]
+    assert len(faults) == 1 and faults[0]["process"] == 2 and 1 <= faults[0]["detect_seconds"] <= 10, faults

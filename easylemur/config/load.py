@@ -85,6 +85,9 @@ def validate(cfg: ConfigDict) -> None:
         section, name = key.split(".")
         if cfg[section][name] <= 0:
             raise ConfigError(f"config key '{key}' must be more than 0, got {cfg[section][name]}")
+    if cfg.distributed.jax_heartbeat_timeout_seconds < 0:
+        raise ConfigError("config key 'distributed.jax_heartbeat_timeout_seconds' must be 0 (2 x heartbeat + 20 s) "
+                          f"or more, got {cfg.distributed.jax_heartbeat_timeout_seconds}")
     if cfg.watchdog.floor_seconds < 0:
         raise ConfigError(f"config key 'watchdog.floor_seconds' must be 0 (no watchdog) or more, got "
                           f"{cfg.watchdog.floor_seconds}")

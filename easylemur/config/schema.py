@@ -146,8 +146,11 @@ def default_config() -> ConfigDict:
     c.distributed.process_id = -1
     # Lost hosts (docs/design.md, "Lost hosts and hangs"): a process whose heartbeat has not come for
     # this long (killed, stalled, unreachable; the coordinator: not answering) ends every process
-    # within it plus ~2 s, each naming it, exit 75; JAX's own heartbeat, 15 s longer, is the backstop
+    # within it plus ~2 s, each naming it, exit 75
     c.distributed.heartbeat_timeout_seconds = 30
+    # JAX's own heartbeat, the backstop (it aborts every process); 0: 2 x heartbeat + 20 s, which ours
+    # always beats. Set lower, JAX may abort first: the task its message names is then the one named
+    c.distributed.jax_heartbeat_timeout_seconds = 0
     c.distributed.initialization_timeout_seconds = 300  # every process must have joined the pod within this
     c.distributed.shutdown_timeout_seconds = 60  # JAX's shutdown barrier at a clean end waits this long at most
 

@@ -75,6 +75,12 @@ class EventLog:
         self.file = LineFile(self.path, lambda: _read_lines(self.path))
         return True
 
+    def ended(self) -> bool:
+        """Whether this launch's end is recorded already: by process 1 in the place of a stalled
+        coordinator that then ran again (one fault and one end per launch)."""
+        return self.active and any(r.get("event") == "end" and r.get("launch") == self.launch
+                                   for r in map(json.loads, _read_lines(self.path)))
+
     def write(self, event: str, t: float, **fields: Any) -> None:
         if not self.active:
             return

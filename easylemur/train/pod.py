@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator, Optional
 import jax
 
 from easylemur.errors import EXIT_BAD_INPUT, EXIT_HANG, EXIT_LOST_HOST
+from easylemur.train import native_log
 
 LONG_PHASES = ("setup", "compile", "save", "eval", "done")  # the step watchdog waits through these
 _KEY = "easylemur/live/"
@@ -58,14 +59,15 @@ def _on_tpu_vm() -> bool:
     return tpu_device_nodes()
 
 
-def jax_heartbeat_seconds(heartbeat: float) -> int:
+def jax_heartbeat_seconds(heartbeat: float, forced: float = 0) -> int:
     """JAX's own heartbeat timeout T, the backstop after ours (it aborts every process unnamed),
     set so that ours always comes first (docs/design.md, "Lost hosts and hangs"). JAX beats every
     T/2 and declares a process dead T after its last beat, so it can react as early as T/2 after
     a fault (the probe with T = 45: beats every 22.5 s, aborts 22.5-45 s after). Ours names the
     lost process at most `heartbeat` + two beat intervals (each at most 1 s) after it: T/2 =
-    `heartbeat` + 10 leaves 8 s to spare at every setting."""
-    return 2 * math.ceil(heartbeat) + 20
+    `heartbeat` + 10 leaves 8 s to spare at every setting. `forced` (the config's
+    `jax_heartbeat_timeout_seconds`), when not 0, is used instead."""
+    return math.ceil(forced) if forced > 0 else 2 * math.ceil(heartbeat) + 20
 
 
 def initialize(d: Any) -> None:
@@ -73,7 +75,8 @@ def initialize(d: Any) -> None:
     section. Explicit arguments for GPU/CPU clusters; on TPU VMs (several workers) jax finds
     the coordinator itself. Single-process runs do nothing."""
     timeouts = dict(initialization_timeout=int(d.initialization_timeout_seconds),
-                    heartbeat_timeout_seconds=jax_heartbeat_seconds(d.heartbeat_timeout_seconds),
+                    heartbeat_timeout_seconds=jax_heartbeat_seconds(d.heartbeat_timeout_seconds,
+                                                                      d.get("jax_heartbeat_timeout_seconds", 0)),
                     shutdown_timeout_seconds=int(d.shutdown_timeout_seconds))
     if d.coordinator_address:
         # Must run before any backend starts; gloo only affects the CPU backend's collectives.
@@ -118,6 +121,7 @@ class Guard:
 
     def __init__(self, cfg: Any, events: Any = None, on_exit: Optional[Callable[[], None]] = None):
         self.heartbeat = float(cfg.distributed.heartbeat_timeout_seconds)
+        self.jax_heartbeat = jax_heartbeat_seconds(self.heartbeat, cfg.distributed.get("jax_heartbeat_timeout_seconds", 0))
         self.factor = float(cfg.watchdog.step_factor)
         self.floor = float(cfg.watchdog.floor_seconds)
         self.events = events
@@ -140,6 +144,8 @@ class Guard:
         self._peers: dict[int, tuple[str, float]] = {}  # process -> (its beat, when it last changed)
         self._threads: list[threading.Thread] = []
         self._fault = _fault_from_env()
+        self._aborted = False  # JAX's agent aborted this process
+        self.native: Optional[str] = None  # where JAX's native log goes on the way down (several processes)
 
     # ---------------------------------------------------------------- what the loop tells it
 
@@ -149,6 +155,7 @@ class Guard:
         self._peers = {p: ("", now) for p in range(self.count) if p != self.pid}
         targets = [self._watch] + ([self._beat] if self.count > 1 else [])
         if self.count > 1:
+            self.native = native_log.divert(self.pid)
             self._catch_agent_abort()
         for target in targets:
             t = threading.Thread(target=target, name=f"easylemur-pod-{target.__name__[1:]}", daemon=True)
@@ -267,19 +274,30 @@ class Guard:
                 os.write(2, b"warning: JAX's coordination agent failed in the shutdown, after training ended\n")
                 os._exit(0)
             now = time.monotonic()
+            # JAX sent its error to every process's agent: none can write to the store any more,
+            # so the coordinator has no word to wait for (it waited for stale beats: 30 s)
+            self._aborted = True
             self._check_peers(now, stale=False)  # a verdict a peer wrote already is the one to say
-            # JAX's report of which task it found unhealthy is on stderr, out of reach here; the
-            # beats name the likeliest: the peer silent longest, when it has been silent a while
+            where = f"; JAX's message and C++ trace: {self.native}" if self.native else ""
+            unhealthy, gone = native_log.jax_verdict(self.native) if self.native else (None, False)
             silent = {p: now - t for p, (v, t) in self._peers.items() if v != "done" and not v.startswith("exit ")}
-            stalest = max(silent, key=silent.get) if silent else None
-            quiet = stalest is not None and silent[stalest] > 3 * self.interval
-            if quiet and (self.pid == 0 or stalest != 0):
-                self.lost(stalest, f"JAX's coordination service declared a process lost (above); process {stalest}'s "
-                          f"beat is the stalest here: none for {silent[stalest]:.0f} s", silent[stalest])
+            named = [p for p in unhealthy or [] if p != self.pid and p in self._peers]
+            if unhealthy and self.pid in unhealthy:
+                self.lost(None, f"JAX's coordination service found this process unhealthy (no heartbeat from it: it "
+                          f"was stalled){where}", now - self._last_ok)
+            if named and not gone:
+                p = named[0]
+                self.lost(p, f"JAX's coordination service found it unhealthy: no heartbeat to JAX for "
+                          f"{self.jax_heartbeat} s{where}", silent.get(p, 0.0))
             if self.pid == 0:
-                self.lost("a peer", "JAX's coordination service declared a process lost (above)")
-            self.lost(0, "the coordinator: JAX's runtime aborted this process (above), as it does when the "
-                      "coordination service is gone", silent.get(0, now - self._last_ok))
+                # its own service aborted it, without naming a task: the beats name the likeliest
+                stalest = max(silent, key=silent.get) if silent else None
+                if stalest is not None and silent[stalest] > 3 * self.interval:
+                    self.lost(stalest, f"JAX's coordination service declared a process lost; process {stalest}'s "
+                              f"beat is the stalest here: none for {silent[stalest]:.0f} s{where}", silent[stalest])
+                self.lost("a peer", f"JAX's coordination service declared a process lost{where}")
+            self.lost(0, f"the coordinator: JAX's agent lost the coordination service{where}",
+                      silent.get(0, now - self._last_ok))
 
         self._abort_handler = handler_type(on_abort)  # kept: the C side holds only the pointer
         libc = ctypes.CDLL(None)
@@ -449,7 +467,7 @@ class Guard:
             takes_over = process == 0 and self.pid == 1
 
             def record() -> None:
-                if takes_over and not events.take_over():
+                if (takes_over and not events.take_over()) or events.ended():
                     return
                 events.write("fault", time.time(), step=self.step, at=self.at, cause=status, phase=self.phase_name, message=line,
                              **fields)
@@ -460,20 +478,21 @@ class Guard:
         if self.on_exit is not None:
             _bounded(self.on_exit, 10.0)
         _flush_std()
-        if self.pid == 0 and self.count > 1 and outlive:
-            self._outlive_peers()
+        if self.pid == 0 and self.count > 1 and outlive and not self._aborted:
+            self._outlive_peers(process)
         os._exit(code)
 
-    def _outlive_peers(self) -> None:
+    def _outlive_peers(self, lost: Any = None) -> None:
         """The coordinator leaves last: its service going away aborts every other process's
-        JAX agent, so it waits until each live peer said it exits too (a second or two; at most
-        the heartbeat timeout + 5 s)."""
+        JAX agent, so it waits until each live peer (not `lost`, the one named) said it exits too
+        (a second or two; at most the heartbeat timeout + 5 s)."""
         deadline = time.monotonic() + self.heartbeat + 5
         while time.monotonic() < deadline:
             # read here: the beat thread may be stopped already (an error on the way out)
             _bounded(lambda: self._read_peers(_client()), 1.0)
             now = time.monotonic()  # a peer silent for the heartbeat timeout is gone already
-            if all(v.startswith("exit ") or v == "done" or now - t > self.heartbeat for v, t in self._peers.values()):
+            if all(v.startswith("exit ") or v == "done" or now - t > self.heartbeat
+                   for p, (v, t) in self._peers.items() if p != lost):
                 time.sleep(self.interval)  # their os._exit, after their last word
                 return
             time.sleep(self.interval / 4)
