@@ -90,3 +90,17 @@ def test_the_train_cli_runs_with_the_tunable_under_its_own_pid(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_cpu_host_imports_jax_without_libtpu_noise(tmp_path):
+    """With neither TPU nor NVIDIA device nodes and JAX_PLATFORMS unset, `import easylemur` tells
+    JAX to use its CPU before JAX loads: the installed libtpu writes nothing (it printed five
+    lines, one an `E0000 ... TPU_WORKER_HOSTNAMES` error, on every command)."""
+    if not host.runs_on_cpu({}):
+        pytest.skip("this host has accelerator device nodes")
+    e = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TPU_WORKER_HOSTNAMES")}
+    e["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    p = subprocess.run([sys.executable, "-c", "import easylemur, jax; print(jax.devices()[0].platform)"],
+                       capture_output=True, text=True, env=e, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "cpu", p.stderr
+    assert "TPU" not in p.stderr and "E0000" not in p.stderr, p.stderr

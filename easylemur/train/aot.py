@@ -30,6 +30,7 @@ fit, 2 bad arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import math
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from easylemur.errors import InputError, add_debug_flag
 from easylemur.train.peak_buffers import compiler_peak_bytes_of, memory_detail, memory_detail_table
@@ -135,10 +136,37 @@ def topology_devices(topology: str, chip_config: str, num_slices: int = 1) -> li
     if num_slices > 1:
         kwargs["num_slices"] = num_slices
     try:
-        return list(topologies.get_topology_desc(platform="tpu", topology_name=topology, **kwargs).devices)
+        with _libtpu_start_quiet(not _host_has_tpu_chips()):
+            return list(topologies.get_topology_desc(platform="tpu", topology_name=topology, **kwargs).devices)
     except Exception as e:
         raise InputError(f"cannot describe TPU topology {topology!r} (chip config {chip_config}) with libtpu: "
                          f"{' '.join(str(e).split())[:300]}") from e
+
+
+@contextlib.contextmanager
+def _libtpu_start_quiet(quiet: bool) -> Iterator[None]:
+    """libtpu, loaded on a host without chips to compile for a described topology, first looks
+    for the chips and this VM's pod (TPU_ACCELERATOR_TYPE, TPU_WORKER_HOSTNAMES) and writes five
+    lines of warnings about their absence to file descriptor 2, one of them an `E0000 ...
+    INVALID_ARGUMENT` that reads like a failure. Here that is expected: those lines go to a
+    temporary file, shown only if describing the topology fails."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            f.seek(0)
+            sys.stderr.write(f.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _parse_oom(message: str) -> tuple[Optional[float], Optional[float]]:
