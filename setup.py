@@ -62,5 +62,6 @@ setup(
         "harness": ["lm_eval>=0.4.9"],  # python -m easylemur.eval lm-eval (easylemur/eval/backends/harness.py); no torch needed
         "tpu": ["jax[tpu]>=0.10.0"],
         "tfds": ["tensorflow-datasets>=4.9"],
+        "wandb": ["wandb>=0.17"],  # log.wandb_project: metrics to Weights & Biases (easylemur/tracker/writer.py)
     },
 )

@@ -7,7 +7,8 @@ if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/pip install -q --upgrade pip
 # torch first and pinned: the local CPU wheel; anything looser pulls a multi-GB CUDA build.
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[test]"
+# wandb: tests/test_wandb.py logs to W&B offline (log.wandb_project)
+.venv/bin/pip install -q -e ".[test,wandb]"
 # Debian tools the tests use: bubblewrap sandboxes generated code in `python -m easylemur.eval`
 # (tests/test_sandbox.py, test_eval.py); shellcheck lints tpu_scripts/ and scripts/
 # (tests/test_tpu_scripts.py). Tests that need a missing one are skipped, with the reason.

@@ -107,7 +107,7 @@ def default_config() -> ConfigDict:
 
     c.log = ConfigDict()
     c.log.every = 10
-    c.log.wandb_project = ""  # set (and install wandb) to also log to W&B
+    c.log.wandb_project = ""  # W&B project to also log to (pip install 'easylemur[wandb]'); run id kept in workdir/wandb_run_id
 
     c.eval = ConfigDict()
     c.eval.every = 0  # 0: no eval

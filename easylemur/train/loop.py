@@ -31,7 +31,7 @@ from easylemur.data.stats import preflight
 from easylemur.errors import add_debug_flag, report
 from easylemur.train.goodput import EventLog
 from easylemur.train.lock import WorkdirLock
-from easylemur.tracker.writer import MetricsWriter
+from easylemur.tracker.writer import MetricsWriter, require_wandb
 from easylemur.train.metrics import StepLogger, TrainingError, due
 from easylemur.train.start import Run, restore_or_init
 from easylemur.train.signals import StopSignals
@@ -95,6 +95,7 @@ def _train(cfg: ConfigDict, guard: pod.Guard) -> dict:
         raise ConfigError("workdir is empty; set --config.workdir=DIR")
     workdir = as_path(cfg.workdir)
     check_workdir(workdir)
+    require_wandb(cfg.log.wandb_project)  # before anything is created, restored or compiled
     with contextlib.ExitStack() as run_scope:
         start, lock, stop, events = _claim_workdir(workdir, guard, run_scope)
         loop = _open_run(cfg, guard, workdir, run_scope, lock, stop, events)
