@@ -136,6 +136,31 @@ def test_workdir_that_is_a_file_is_bad_input_naming_it(tmp_path):
     assert f.read_text() == "not a workdir\n"
 
 
+def test_a_mistyped_data_path_is_one_line_before_any_hub_call_or_workdir(tmp_path, monkeypatch):
+    """A local-looking path that does not exist (relative beside an existing folder, with a data
+    file's extension, absolute) is one line naming the key, exit 2, no workdir left; a Hub name
+    that cannot be reached (the Hub's address pointed at a closed port here) is one line too,
+    instead of a minute of the datasets library's retries."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    offline = {**env(1), "EASYLEMUR_MALLOC": "default"}
+    for path in ["data/nope", "data/nope.jsonl", str(tmp_path / "nope"), "./nope"]:
+        p = subprocess.run([sys.executable, "-m", "easylemur.train", "--config", "configs/tiny_pretrain.py",
+                            f"--config.workdir={tmp_path / 'run'}", f"--config.data.sources.code.path={path}"],
+                           cwd=ROOT, env=offline, capture_output=True, timeout=120)
+        line = error_line(p, 2)
+        assert line == f"error: data.sources.code.path: {path}: no such file or directory (and not a hub dataset " \
+                       "name like 'org/name')", line
+        assert not (tmp_path / "run").exists()
+    p = subprocess.run([sys.executable, "-m", "easylemur.train", "--config", "configs/tiny_pretrain.py",
+                        f"--config.workdir={tmp_path / 'run'}", "--config.data.sources.code.path=bigcode/nope"],
+                       cwd=ROOT, env=offline, capture_output=True, timeout=120)
+    line = error_line(p, 2)
+    assert line.startswith("error: data.sources.code.path: bigcode/nope: cannot reach the Hub ("), line
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow
 def test_init_from_a_step_folder_under_another_name(ckpt, tmp_path):
     step = tmp_path / "X" / "step30"

@@ -94,9 +94,43 @@ def detect_kind(path: str) -> str:
         return kind
     if p.exists() or _is_glob(path):
         raise DataError(f"{path}: {_why_no_files(path)} (expected .jsonl[.gz|.zst] or .parquet files)")
-    if "/" in path and not path.startswith((".", "/")) and path.count("/") == 1:
+    if looks_like_hub_name(path):
         return "hf_hub"
     raise DataError(f"{path}: no such file or directory (and not a hub dataset name like 'org/name')")
+
+
+def check_sources(**groups: Any) -> None:
+    """Each source of `groups` (key prefix -> sources: `data.sources=...`) found before a run
+    takes its workdir, restores or compiles anything: a path on this machine or that looks local
+    exists, and a Hub dataset answers (`hub.check_reachable`); else a DataError naming the key.
+    URLs and TFDS are opened later."""
+    for prefix, sources in groups.items():
+        for name, scfg in (sources or {}).items():
+            path, kind, key = scfg["path"], scfg.get("kind", "auto"), f"{prefix}.{name}.path"
+            if is_url(path) or path.startswith("tfds:") or kind not in ("auto", "hf_hub"):
+                continue
+            try:
+                kind = detect_kind(path) if kind == "auto" else kind
+            except DataError as e:
+                raise DataError(f"{key}: {e}") from None
+            if kind == "hf_hub":
+                from easylemur.data.hub import check_reachable  # imports grain: only for hub sources
+
+                check_reachable(path, key)
+
+
+LOCAL_LOOKING_SUFFIXES = (*JSONL_SUFFIXES, *PARQUET_SUFFIXES, ".gz", ".zst", ".txt", ".csv", ".arrow", ".tar")
+
+
+def looks_like_hub_name(path: str) -> bool:
+    """Whether a path that is not on this machine is to be read as a Hub dataset `org/name`. A
+    name that looks local is not: it starts with `.`, `/` or `~`, has a data file's extension,
+    or its first part is a directory here (`data/nope` beside `data/`); a typo there is one
+    line, not a minute of Hub retries."""
+    if path.count("/") != 1 or path.startswith((".", "/", "~")):
+        return False
+    org = path.split("/")[0]
+    return not (_has_suffix(path.lower(), LOCAL_LOOKING_SUFFIXES) or Path(org).is_dir())
 
 
 # --- URLs (any fsspec filesystem: gs:// through gcsfs) ----------------------------------------

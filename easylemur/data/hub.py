@@ -15,6 +15,34 @@ from typing import Any, Mapping
 import grain
 
 
+def check_reachable(name: str, where: str) -> None:
+    """A Hub dataset `name` the run will stream, asked for once with a short timeout before the
+    run starts: unreachable (offline), missing or gated is one line naming `where` (the config
+    key) and what to do, instead of the datasets library's minute of retries and log lines.
+    Skipped when HF_HUB_OFFLINE / HF_DATASETS_OFFLINE ask for the local cache."""
+    import os
+
+    from easylemur.data.records import DataError
+
+    if any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().dataset_info(name, timeout=10)
+    except GatedRepoError:
+        raise DataError(f"{where}: {name}: a gated Hub dataset; accept its terms on the Hub and log in "
+                        "(`hf auth login` or HF_TOKEN)") from None
+    except RepositoryNotFoundError:
+        raise DataError(f"{where}: {name}: no such dataset on the Hub (nor a file or directory here)") from None
+    except Exception as e:  # noqa: BLE001 (any transport error: DNS, refused, timeout, proxy)
+        msg = " ".join(str(e).split())[:160] or type(e).__name__
+        raise DataError(f"{where}: {name}: cannot reach the Hub ({msg}); without a network, point the key at a "
+                        "local copy (a directory of .jsonl or .parquet files), or set HF_HUB_OFFLINE=1 to read "
+                        "the datasets cache") from None
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """A hub dataset read with `datasets.load_dataset(..., streaming=True)` (no random access)."""

@@ -28,6 +28,7 @@ from easylemur.checkpoint.paths import as_path
 from easylemur.config import OVERRIDE_HELP, ConfigError, cli_config, to_json
 from easylemur.data.shards import DataShards, EvalData
 from easylemur.data.stats import preflight
+from easylemur.data.files import check_sources
 from easylemur.errors import add_debug_flag, report
 from easylemur.train.goodput import EventLog
 from easylemur.train.lock import WorkdirLock
@@ -95,6 +96,7 @@ def _train(cfg: ConfigDict, guard: pod.Guard) -> dict:
         raise ConfigError("workdir is empty; set --config.workdir=DIR")
     workdir = as_path(cfg.workdir)
     check_workdir(workdir)
+    check_sources(**{"data.sources": cfg.data.sources, "data.eval_sources": cfg.data.eval_sources})
     require_wandb(cfg.log.wandb_project)  # before anything is created, restored or compiled
     with contextlib.ExitStack() as run_scope:
         start, lock, stop, events = _claim_workdir(workdir, guard, run_scope)
