@@ -141,6 +141,15 @@ def _table(rows: list[tuple[str, object, str]]) -> list[str]:
     return out
 
 
+def descriptions() -> dict[str, str]:
+    """Every key of `default_config()` -> the description the page gives it (the comment beside it
+    in the schema; "" where there is none, which tests/test_docs_site.py refuses)."""
+    import easylemur.config.schema as config
+
+    comments = _schema_comments(config.default_config)
+    return {key: comments.get(key, (0, ""))[1] for key, _ in _flat(config.default_config())}
+
+
 def render() -> str:
     import easylemur.config.schema as config
     from easylemur.model.config import LlamaConfig

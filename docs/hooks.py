@@ -1,6 +1,7 @@
 """mkdocs hooks (mkdocs.yml `hooks:`): the Benchmarks page is BENCHMARKS.md itself (the file the
 bench scripts and docs/design.md name), its plot included; the config reference must be current
-(docs/gen_config_reference.py), else a warning, which `mkdocs build --strict` turns into a failure."""
+(docs/gen_config_reference.py), else a warning, which `mkdocs build --strict` turns into a failure;
+its keys wrap at their dots only."""
 
 from __future__ import annotations
 
@@ -45,3 +46,16 @@ def on_files(files, config):
     if not gen.PAGE.is_file() or gen.PAGE.read_text() != gen.render():
         log.warning("docs/reference/config.md is not current: run python docs/gen_config_reference.py")
     return files
+
+
+# a key cell of the config reference's tables: the row's first cell, one inline code
+KEY_CELL = re.compile(r"(<tr>\s*<td>)<code>([^<]*)</code>(</td>)")
+
+
+def on_page_content(html, page, config, files):
+    """The config reference's keys may wrap after a dot and nowhere else (docs/assets/extra.css
+    styles code.config-key; the Markdown keeps plain `key` cells)."""
+    if page.file.src_uri != "reference/config.md":
+        return html
+    return KEY_CELL.sub(lambda m: f'{m.group(1)}<code class="config-key">{m.group(2).replace(".", ".<wbr>")}</code>{m.group(3)}',
+                        html)

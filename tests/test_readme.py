@@ -6,12 +6,15 @@ guides under docs/guides/), which hold what was the long README. Also: the docs 
 every guide, the generated config reference is current, and every `docs/design.md, "Section"`
 the code cites is a heading of docs/design.md."""
 
+import atexit
 import functools
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -184,9 +187,22 @@ def test_readme_is_short_and_links_every_guide_and_page():
             assert "://" in target or (ROOT / target).exists(), target
 
 
-def test_docs_site_builds_strictly(tmp_path):
-    """`mkdocs build --strict` (mkdocs.yml: links, anchors and pages validated as warnings, which
-    --strict makes errors; docs/hooks.py: the config reference current)."""
+@functools.lru_cache(maxsize=None)
+def _site_build() -> tuple[subprocess.CompletedProcess, Path]:
+    """`mkdocs build --strict` once per test process, into a temporary folder removed at exit."""
+    out = Path(tempfile.mkdtemp(prefix="easylemur-site-"))
+    atexit.register(shutil.rmtree, out, True)
+    env = {**ENV, "NO_MKDOCS_2_WARNING": "1"}
+    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out / "site")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return p, out / "site"
+
+
+def built_site() -> Path:
+    """The docs site, built strictly (mkdocs.yml: links, anchors and pages validated as warnings,
+    which --strict makes errors; docs/hooks.py: the config reference current), once per process:
+    this file checks that it builds, tests/test_docs_site.py reads its pages. Skips where mkdocs
+    and its plugins are not installed."""
     import importlib.util
 
     def absent(module: str) -> bool:
@@ -198,14 +214,18 @@ def test_docs_site_builds_strictly(tmp_path):
     missing = [m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python") if absent(m)]
     if missing:
         pytest.skip(f"not installed: {', '.join(missing)} (pip install -e '.[test]')")
-    env = {**ENV, "NO_MKDOCS_2_WARNING": "1"}
-    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    p, site = _site_build()
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return site
+
+
+def test_docs_site_builds_strictly():
+    """`mkdocs build --strict` passes and makes every page (built_site)."""
+    site = built_site()
     for page in ["index.html", "guides/training/index.html", "reference/config/index.html", "reference/api/index.html",
                  "design/index.html", "benchmarks/index.html", "contributing/index.html"]:
-        assert (tmp_path / "site" / page).is_file(), page
-    api = (tmp_path / "site/reference/api/index.html").read_text()
+        assert (site / page).is_file(), page
+    api = (site / "reference/api/index.html").read_text()
     assert "default_config" in api and "LoadedModel" in api  # rendered from the docstrings
 
 
