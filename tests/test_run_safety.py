@@ -286,3 +286,24 @@ def test_resume_with_another_batch_size_says_the_data_order_changes(tmp_path, re
     shutil.copytree(reference_run, w)
     p = run(w, ["train.steps=31", "checkpoint.every=6", "train.batch_size=16"])
     assert "warning: resuming step 30 with changed data settings (train.batch_size 8 -> 16)" in p.stdout
+    # the closing summary: how far, the last loss, where the checkpoint and the metrics are
+    last = json.loads((w / "metrics.jsonl").read_text().splitlines()[-1])
+    assert f"train: done: step 31 of 31 (this launch: steps 30->31); final loss {last['loss']:.4f}; " in p.stdout
+    assert f"checkpoint {w / 'checkpoints' / '31'}; metrics {w / 'metrics.jsonl'}" in p.stdout, p.stdout[-2000:]
+
+
+def test_a_config_over_other_sources_is_refused_on_a_workdir_with_a_run(tmp_path, reference_run, capsys):
+    """A chat config pointed at a pre-training workdir is another run, not a resume: one line
+    saying so and how to start from it (it dumped the sources as JSON, then failed in the data
+    iterator)."""
+    w = tmp_path / "w"
+    shutil.copytree(reference_run, w)
+    from easylemur.errors import run_cli
+    from easylemur.train.loop import main as train_main
+
+    rc = run_cli(train_main, ["--config", "configs/tiny_chat.py", f"--config.workdir={w}", "--config.train.steps=31"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: workdir {w} holds a run over data sources ['code', 'text'] (step 30); this config "
+                          f"reads ['chat']. A new run needs its own workdir (--config.workdir=NEW); add "
+                          f"--config.init.from={w} to start from that run's weights"), err

@@ -103,7 +103,7 @@ def _train(cfg: ConfigDict, guard: pod.Guard) -> dict:
         loop = _open_run(cfg, guard, workdir, run_scope, lock, stop, events)
         start.started = True
         step = _run_steps(loop)
-    return {"step": step, **loop.logger.last, "tokens": loop.logger.tokens,
+    return {"step": step, **loop.logger.last, "tokens": loop.logger.tokens, "start_step": loop.run.start_step,
             "stopped_by": stop.signum if step < cfg.train.steps else None}
 
 
@@ -308,4 +308,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             # its peers stop at once, naming this process, and none waits in JAX's shutdown barrier
             guard.failed(report(e, argv))
         raise
+    if jax.process_index() == 0:
+        print(summary(cfg, result), flush=True)
     return 128 + result["stopped_by"] if result["stopped_by"] else 0
+
+
+def summary(cfg: ConfigDict, result: dict) -> str:
+    """The run's closing line: how far it got, its last loss and tokens, and where its checkpoint
+    and metrics are (what a user looks for next)."""
+    workdir = as_path(cfg.workdir)
+    try:
+        saved = max((int(p.name) for p in (workdir / "checkpoints").iterdir()
+                     if p.name.isdigit() and store.is_complete(p)), default=None)
+    except OSError:
+        saved = None
+    how = (f"stopped by signal {result['stopped_by']} at step {result['step']} of {cfg.train.steps}"
+           if result["stopped_by"] else f"done: step {result['step']} of {cfg.train.steps}")
+    loss = f"; final loss {result['loss']:.4f}" if isinstance(result.get("loss"), float) else ""
+    tokens = sum(result.get("tokens", {}).values())
+    where = f"checkpoint {workdir / 'checkpoints' / str(saved)}" if saved is not None else "no checkpoint saved"
+    return (f"train: {how} (this launch: steps {result['start_step']}->{result['step']}){loss}; {tokens:,} tokens "
+            f"trained; {where}; metrics {workdir / 'metrics.jsonl'} (TensorBoard: tensorboard --logdir {workdir / 'tb'})")

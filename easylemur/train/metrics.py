@@ -215,9 +215,31 @@ class _NoProgress:
         pass
 
 
-def _progress(start: int, total: int, active: bool) -> Any:
-    if not active:
-        return _NoProgress()
-    from tqdm import tqdm
+class _Progress:
+    """The train bar, drawn from the first step on: the start lines printed after the logger is
+    made (the model line) come before it, never onto it."""
 
-    return tqdm(total=total, initial=start, desc="train", dynamic_ncols=True, mininterval=1.0, file=sys.stdout)
+    def __init__(self, start: int, total: int):
+        self.start, self.total, self.bar = start, total, None
+
+    def _bar(self) -> Any:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, initial=self.start, desc="train", dynamic_ncols=True, mininterval=1.0,
+                            file=sys.stdout)
+        return self.bar
+
+    def update(self, n: int) -> None:
+        self._bar().update(n)
+
+    def set_postfix_str(self, *a: Any, **k: Any) -> None:
+        self._bar().set_postfix_str(*a, **k)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _progress(start: int, total: int, active: bool) -> Any:
+    return _Progress(start, total) if active else _NoProgress()

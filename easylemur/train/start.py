@@ -192,6 +192,8 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
     spec = resolve_run(cfg, None, platform)
     ts = build_train_step(cfg, spec.model_cfg, mesh)
     params = initial_params(cfg, spec, mesh)
+    if jax.process_index() == 0:
+        print(f"initialized from {_source_words(cfg, spec.source)}", flush=True)
     if spec.model_cfg.vocab_size > spec.start_cfg.vocab_size:
         # grown on device, new rows the mean of the old (docs/design.md, "Tokenizer")
         params, _ = extend_vocab(params, spec.start_cfg, spec.model_cfg.vocab_size)
@@ -201,6 +203,15 @@ def restore_or_init(cfg: ConfigDict, mesh: Any, mngr: Any) -> Run:
     opt_state = jax.jit(ts.tx.init, out_shardings=ts.state_shardings["opt_state"])(params)
     return Run(spec.tokenizer, spec.model_cfg, ts, {"params": params, "opt_state": opt_state}, 0, None, 0,
                _source_stop_ids(spec.source), _source_chat_format(spec.source), spec.compute)
+
+
+def _source_words(cfg: ConfigDict, source: Any) -> str:
+    """What a fresh run's weights came from, for its start line."""
+    if source is None:
+        return f"random weights (seed {cfg.seed}, model.preset={cfg.model.preset}): no init.from"
+    if isinstance(source, str):
+        return f"init.from={cfg.init['from']} (an HF directory)"
+    return f"init.from={cfg.init['from']} (checkpoint {source.path})"
 
 
 def _source_chat_format(source: Any) -> Optional[str]:
@@ -264,6 +275,13 @@ def say_changed_settings(cfg: ConfigDict, resume: model_meta.ModelCheckpoint, mo
         return
     saved, now = resume.meta.get("config"), cfg.to_dict()
     if saved:
+        before, after = sorted((saved.get("data") or {}).get("sources") or {}), sorted(now["data"]["sources"] or {})
+        if before and before != after:
+            # the data iterator's state is per source: this is another run, not a resume of that one
+            raise ConfigError(
+                f"workdir {cfg.workdir} holds a run over data sources {before} (step {resume.step}); this config reads "
+                f"{after}. A new run needs its own workdir (--config.workdir=NEW); add --config.init.from="
+                f"{cfg.workdir} to start from that run's weights")
         data = _changes(saved, now, DATA_ORDER_KEYS)
         if data:
             print(f"warning: resuming step {resume.step} with changed data settings ({data}): the data order "
@@ -291,7 +309,13 @@ def _changes(saved: dict, now: dict, keys: tuple) -> str:
         a, b = _get(saved, key), _get(now, key)
         if key == "data.stages" and a is None and not b:
             continue  # a run saved before stages existed had none
-        if isinstance(a, dict) and isinstance(b, dict) and key != "data.sources":
+        if isinstance(a, dict) and isinstance(b, dict) and key == "data.sources":
+            out += [f"{key}.{name}.{k} {json.dumps((a.get(name) or {}).get(k), default=str)} -> "
+                    f"{json.dumps((b.get(name) or {}).get(k), default=str)}"
+                    for name in sorted(set(a) | set(b))
+                    for k in sorted(set(a.get(name) or {}) | set(b.get(name) or {}))
+                    if (a.get(name) or {}).get(k) != (b.get(name) or {}).get(k)]
+        elif isinstance(a, dict) and isinstance(b, dict):
             out += [f"{key}.{k} {json.dumps(a.get(k), default=str)} -> {json.dumps(b.get(k), default=str)}"
                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         elif a != b:
