@@ -12,7 +12,7 @@ from typing import Optional
 
 import pytest
 
-from easylemur.train.aot import accelerator_topology, run_model_config
+from easylemur.train.aot import accelerator_topology, run_model_config, verdict_words
 from easylemur.config import load_config
 from easylemur.errors import InputError
 from easylemur.train.metrics import flops_per_token
@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_RUN = "/nonexistent/easylemur-test-workdir"  # no checkpoint to resume: the model is the config's
 
 
-def _aot(*args: str, config: str = "configs/lemur_70b_pretrain.py") -> tuple[int, dict]:
+def _aot(*args: str, config: str = "configs/lemur_70b_pretrain.py", stderr: list | None = None) -> tuple[int, dict]:
+    """(exit status, the JSON result) of the aot CLI; its stderr appended to `stderr` when given."""
     env = {k: v for k, v in os.environ.items() if k != "ALLOW_MULTIPLE_LIBTPU_LOAD"}  # aot.py's own rule, not ours
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="")
     # a workdir of its own: the config's relative runs/ may hold a real run (the demo's) to resume
@@ -31,6 +32,8 @@ def _aot(*args: str, config: str = "configs/lemur_70b_pretrain.py") -> tuple[int
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     assert lines, p.stdout[-2000:] + p.stderr[-3000:]
+    if stderr is not None:
+        stderr.append(p.stderr)
     return p.returncode, json.loads(lines[-1])
 
 
@@ -117,8 +120,16 @@ def test_lemur_on_llama31_70b_fits_v4_512():
 @pytest.mark.slow
 @needs_libtpu
 def test_lemur_70b_does_not_fit_v5e_2x2():
-    rc, out = _aot("--topology", "v5e:2x2", "--config.train.batch_size", "8")  # the CLI's other override spelling
+    err: list = []
+    rc, out = _aot("--topology", "v5e:2x2", "--config.train.batch_size", "8", stderr=err)  # the other override spelling
     assert out["devices"] == 4 and out["fits"] is False and rc == 1, out
+    # stage lines as it works, then the verdict in words (libtpu's start-up warnings kept off)
+    assert err[0].splitlines() == [
+        "aot: describing TPU topology v5e:2x2 (default) with libtpu",
+        f"aot: compiling the train step for 4 x {out['device_kind']}, mesh {out['mesh']}, "
+        f"{out['params'] / 1e9:.3g}B params, batch 8 x 4096 (minutes for a 70B model)",
+        verdict_words(out)], err[0]
+    assert verdict_words(out).startswith(f"aot: does NOT fit on v5e:2x2 (4 x {out['device_kind']}): needs ")
     assert out["batch"] == [8, 4096] and out["chip_config"] == "default"
     assert out["peak_bytes_per_device"] > out["hbm_bytes_per_device"]
     # the compiler's OOM comes before the point where --memory-only stops: the same answer

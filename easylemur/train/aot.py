@@ -205,20 +205,24 @@ def compiler_peak_bytes(dump_dir: str, module: str = "jit_step") -> Optional[int
 def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, accelerator: Optional[str] = None,
                          cost: bool = False, num_slices: Optional[int] = None, detail: bool = False,
                          dump_to: Optional[str] = None, announce: Optional[Callable[[dict, Optional[float]], None]] = None,
-                         ) -> dict:
+                         say: Callable[[str], None] = lambda line: None) -> dict:
     """Compiles the train step `train` would run for `cfg` (same model config resolution,
     same step builder) for `topology` as a TPU VM presents it, and reports its memory against
     the device's HBM; with `cost`, also the step's estimated cost (`step_cost`); with `detail`,
     the buffers live at the compiler's peak (`memory_detail`, also when the step does not fit).
     `num_slices` slices of the topology (default: the mesh's dcn_data) make a multi-slice job.
     `dump_to`: the compiler's dump goes there (default: a temporary directory); `announce(result,
-    hbm)` is called with what is known before the compile starts (`memory_only` uses both)."""
+    hbm)` is called with what is known before the compile starts (`memory_only` uses both);
+    `say(line)` is told each stage as it begins (the command prints them: a 70B compile takes
+    minutes)."""
     from easylemur import sharding
     from easylemur.train.metrics import flops_per_token
     from easylemur.train.step import build_train_step
 
     chip_config = chip_config or default_chip_config(topology)
     num_slices = num_slices or sharding.mesh_slices(cfg.mesh)
+    say(f"describing TPU topology {topology} ({chip_config}{f', {num_slices} slices' if num_slices > 1 else ''}) "
+        "with libtpu")
     devices = topology_devices(topology, chip_config, num_slices)
     mesh = sharding.make_mesh(cfg.mesh, devices)
     model_cfg, model_from = run_model_config(cfg)
@@ -233,6 +237,8 @@ def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, 
               "remat": model_cfg.remat, "flops_per_step": flops, "flops_per_device_per_step": flops / len(devices)}
     if announce is not None:
         announce(result, hbm)
+    say(f"compiling the train step for {len(devices)} x {devices[0].device_kind}, mesh {dict(mesh.shape)}, "
+        f"{model_cfg.num_params() / 1e9:.3g}B params, batch {B} x {T} (minutes for a 70B model)")
     with tempfile.TemporaryDirectory(prefix="easylemur-aot-") as tmp:
         dump = dump_to or tmp
         try:
@@ -259,8 +265,23 @@ def compile_for_topology(cfg, topology: str, chip_config: Optional[str] = None, 
     if detail:
         result["peak_buffers"] = buffers
     if cost:
+        say("estimating the step's cost from the compiled program")
         result["cost"] = step_cost(cfg, model_cfg, mesh, compiled, topology.split(":")[0], B, T)
     return result
+
+
+def verdict_words(result: dict) -> str:
+    """The answer to "does it fit?" in one line, before the JSON: the TPU compiler's verdict, the
+    peak per device against HBM, and the headroom."""
+    gib = 2**30
+    peak, hbm = result.get("peak_bytes_per_device"), result.get("hbm_bytes_per_device")
+    where = f"{result.get('accelerator') or result.get('topology')} ({result.get('devices')} x {result.get('device_kind')})"
+    if not result.get("fits"):
+        need = f": needs {peak / gib:.2f} GiB of {hbm / gib:.2f} GiB HBM per device" if peak and hbm else ""
+        return f"aot: does NOT fit on {where}{need}; see docs/guides/tpu-pods.md for what to change"
+    figures = (f": peak {peak / gib:.2f} GiB of {hbm / gib:.2f} GiB HBM per device, headroom {result['headroom']:.1%}"
+               if peak and hbm else "")
+    return f"aot: fits on {where}{figures}"
 
 
 def _fits(result: dict, peak: Optional[int], hbm: Optional[float], analysis: Optional[dict]) -> dict:
@@ -508,6 +529,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return rc
         if "peak_buffers" in result:
             print(memory_detail_table(result["peak_buffers"]), file=sys.stderr, flush=True)
+        print(verdict_words(result), file=sys.stderr, flush=True)
         print(json.dumps(result), flush=True)
         return 0
 
@@ -517,7 +539,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         result = compile_for_topology(cfg, topology, chip_config, args.accelerator, cost=args.cost,
                                       num_slices=args.num_slices, detail=args.memory_detail,
-                                      dump_to=args.memory_only_dump, announce=announce if args.memory_only_dump else None)
+                                      dump_to=args.memory_only_dump, announce=announce if args.memory_only_dump else None,
+                                      say=lambda line: print(f"aot: {line}", file=sys.stderr, flush=True))
     except InputError:
         raise
     except Exception as e:
@@ -528,5 +551,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(memory_detail_table(result["peak_buffers"]), file=sys.stderr, flush=True)
     if "cost" in result:
         print(cost_table(result), file=sys.stderr, flush=True)
+    print(verdict_words(result), file=sys.stderr, flush=True)
     print(json.dumps(result), flush=True)
     return 0 if result["fits"] else 1
