@@ -1,5 +1,7 @@
 """The config schema: overrides, unknown keys, wrong types."""
 
+from pathlib import Path
+
 import pytest
 
 from easylemur.config import ConfigError, load_config, model_config
@@ -97,3 +99,25 @@ def test_a_config_file_that_fails_is_one_line_naming_file_and_line(tmp_path, bod
 def test_a_config_directory_is_named_as_one(tmp_path):
     with pytest.raises(ConfigError, match="is a directory; expected a Python file"):
         load_config(tmp_path)
+
+
+def test_help_config_lists_every_key_with_its_default_and_description():
+    """`--help-config` on a config-taking command prints every key of the schema, its default and
+    the schema's own description of it, without needing --config."""
+    import subprocess
+    import sys
+
+    from easylemur.config import default_config
+    from easylemur.config.reference import descriptions, flat
+
+    p = subprocess.run([sys.executable, "-m", "easylemur.train", "--help-config"], capture_output=True, text=True,
+                       timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    text = descriptions()
+    for key, value in flat(default_config()):
+        default = repr(value) if not isinstance(value, str) else f'"{value}"'
+        at = next(i for i, line in enumerate(lines) if line.split(" = ")[0].strip() == key)
+        assert lines[at].endswith(f" = {default}") and lines[at + 1].strip() == text[key] != "", (key, lines[at:at + 2])
+    assert "--help-config" in subprocess.run([sys.executable, "-m", "easylemur.train", "--help"], capture_output=True,
+                                             text=True, timeout=120).stdout

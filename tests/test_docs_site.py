@@ -190,17 +190,17 @@ def _generator():
 def test_config_reference_describes_every_key():
     """Every key of default_config() (and every per-source key) has a description in the
     reference: the comment beside it in easylemur/config/schema.py."""
-    from easylemur.config import default_config
+    from easylemur.config import default_config, reference
 
     gen = _generator()
     described = gen.descriptions()
-    keys = [k for k, _ in gen._flat(default_config())]
+    keys = [k for k, _ in reference.flat(default_config())]
     assert len(keys) > 60 and set(keys) == set(described)
     missing = [k for k in keys if not described[k].strip()]
     assert not missing, f"keys without a comment in easylemur/config/schema.py: {', '.join(missing)}"
     import easylemur.config.schema as schema
 
-    per_source = gen._dict_comments(schema, "SOURCE_DEFAULTS")
+    per_source = reference.dict_comments(schema, "SOURCE_DEFAULTS")
     assert set(per_source) == set(schema.SOURCE_DEFAULTS)
     assert not [k for k, v in per_source.items() if not v.strip()]
     page = gen.PAGE.read_text()

@@ -109,6 +109,14 @@ def cli_config(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     config ends the command with status 2 and a one-line error naming the key."""
     import sys
 
+    if not any(a.option_strings == ["--help-config"] for a in parser._actions):
+        parser.add_argument("--help-config", action="store_true",
+                            help="print every config key with its default and what it does, and exit")
+    if "--help-config" in (sys.argv[1:] if argv is None else argv):
+        from easylemur.config.reference import help_text
+
+        print(help_text())
+        raise SystemExit(0)
     args, overrides = parse_cli(parser, argv)
     try:
         return args, load_config(args.config, overrides)

@@ -123,4 +123,5 @@ def parse_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
     return parser.parse_args(rest), overrides
 
 
-OVERRIDE_HELP = "Override any config key with --config.KEY=VALUE (or --config.KEY VALUE), e.g. --config.train.steps=50."
+OVERRIDE_HELP = ("Override any config key with --config.KEY=VALUE (or --config.KEY VALUE), e.g. --config.train.steps=50; "
+                 "--help-config lists every key with its default and meaning (also docs/reference/config.md).")
