@@ -148,3 +148,17 @@ def test_tensorboard_events_are_written_without_importing_torch_or_google_cloud_
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 2.5)]
+
+
+def test_the_profiler_switch_traces_whole_steps_where_tensorboard_reads_them(tmp_path, capsys):
+    """log.profile_steps=2 from log.profile_start_step=1: one JAX profiler trace under
+    workdir/tb/plugins/profile (TensorBoard's Profile tab) that holds the train step's executions."""
+    import gzip
+
+    rc, out, _ = main(capsys, tmp_path / "w", ["train.steps=4", "log.profile_steps=2", "log.profile_start_step=1"])
+    assert rc == 0, out[-2000:]
+    assert f"profile: steps 2-3 traced to {tmp_path / 'w' / 'tb'}/plugins/profile" in out
+    [trace] = list((tmp_path / "w" / "tb" / "plugins" / "profile").glob("*/*.trace.json.gz"))
+    assert list(trace.parent.glob("*.xplane.pb"))
+    names = [e.get("name", "") for e in json.load(gzip.open(trace))["traceEvents"]]
+    assert sum(n == "PjitFunction(step)" for n in names) >= 2, sorted({n for n in names if "Pjit" in n})

@@ -108,6 +108,8 @@ def default_config() -> ConfigDict:
     c.log = ConfigDict()
     c.log.every = 10  # steps between metrics records (metrics.jsonl, TensorBoard, W&B); also the last and eval steps
     c.log.wandb_project = ""  # W&B project to also log to (pip install 'easylemur[wandb]'); run id kept in workdir/wandb_run_id
+    c.log.profile_steps = 0  # steps to trace with the JAX profiler into workdir/tb (TensorBoard's Profile tab); 0: off
+    c.log.profile_start_step = 5  # the trace covers steps profile_start_step+1 .. +profile_steps (5: after the compile)
 
     c.eval = ConfigDict()
     c.eval.every = 0  # 0: no eval

@@ -32,6 +32,7 @@ from easylemur.data.files import check_sources
 from easylemur.errors import add_debug_flag, report
 from easylemur.train.goodput import EventLog
 from easylemur.train.lock import WorkdirLock
+from easylemur.train.profile import StepProfiler
 from easylemur.tracker.writer import MetricsWriter, require_wandb
 from easylemur.train.metrics import StepLogger, TrainingError, due
 from easylemur.train.start import Run, restore_or_init
@@ -89,6 +90,7 @@ class _Loop:
     eval_data: Optional[EvalData]
     logger: StepLogger
     task_evals: Any
+    profiler: StepProfiler
 
 
 def _train(cfg: ConfigDict, guard: pod.Guard) -> dict:
@@ -159,6 +161,8 @@ def _open_run(cfg: ConfigDict, guard: pod.Guard, workdir: epath.Path, run_scope:
     task_evals = make_task_evals(cfg, run, mesh, workdir, writer)
     if task_evals is not None:  # closed before the writer: their last results still get written
         run_scope.callback(task_evals.close)
+    profiler = StepProfiler(cfg.log, workdir / "tb")
+    run_scope.callback(profiler.close)
     if jax.process_index() == 0:
         print(
             f"model {run.model_cfg.num_params() / 1e6:.2f}M params, {jax.device_count()} devices, mesh "
@@ -166,7 +170,8 @@ def _open_run(cfg: ConfigDict, guard: pod.Guard, workdir: epath.Path, run_scope:
             f"steps {run.start_step}->{cfg.train.steps}, {run.compute}", flush=True,
         )
     return _Loop(cfg=cfg, guard=guard, workdir=workdir, lock=lock, stop=stop, events=events, mngr=mngr, run=run,
-                 data=data, eval_fn=eval_fn, eval_data=eval_data, logger=logger, task_evals=task_evals)
+                 data=data, eval_fn=eval_fn, eval_data=eval_data, logger=logger, task_evals=task_evals,
+                 profiler=profiler)
 
 
 def _run_steps(loop: _Loop) -> int:
@@ -179,8 +184,10 @@ def _run_steps(loop: _Loop) -> int:
     try:
         while step < cfg.train.steps:
             batch = _next_batch(loop, step)
+            loop.profiler.before(step)
             state, metrics = run.train_step.fn(state, batch)
             step += 1
+            loop.profiler.after(step, metrics)
             _log_step(loop, step, metrics)
             _evaluate(loop, state, step)
             if _checkpoint(loop, state, step):
