@@ -17,7 +17,30 @@ def _cpu_host_platform() -> None:
         os.environ["JAX_PLATFORMS"] = "cpu"
 
 
+def _missing_module_hook() -> None:
+    """`python -m easylemur.X` run by a Python without the dependencies (a bare `python` outside
+    .venv) fails while the command imports them, before its one-line error handling: say it in
+    one line too (`errors.one_line`), instead of a traceback. Only for `python -m easylemur...`
+    (argv[0] is still "-m" while the package is imported), never for a library user."""
+    import sys
+
+    if sys.argv[:1] != ["-m"]:
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):  # noqa: ANN001 (sys.excepthook's signature)
+        if isinstance(value, ModuleNotFoundError) and value.name and not value.name.startswith("easylemur"):
+            from easylemur.errors import one_line
+
+            print(f"error: {one_line(value)}", file=sys.stderr)
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 _cpu_host_platform()
+_missing_module_hook()
 
 
 def load(path, **kwargs):

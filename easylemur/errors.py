@@ -85,6 +85,10 @@ def one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     if isinstance(e, (InputError, RunError, OSError)):
         return text
+    if isinstance(e, ModuleNotFoundError) and e.name and not e.name.startswith("easylemur"):
+        # the usual cause: a bare `python` that is not the environment's
+        return (f"this Python ({sys.executable}) has no module {e.name!r}: enter the environment the setup made "
+                "(source .venv/bin/activate) or install easylemur into this one (pip install -e .)")
     return f"internal error ({type(e).__name__}: {text[:500]}); rerun with --debug for the traceback"
 
 

@@ -242,3 +242,15 @@ def test_a_write_coroutine_left_by_a_failed_save_prints_nothing_at_exit():
             "left = write_fragment()\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stderr == "", p.stderr
+
+
+def test_a_python_without_the_packages_is_told_to_enter_the_environment():
+    """`python -m easylemur.train` from a Python without the dependencies (a bare `python` outside
+    .venv; here the same interpreter with its site-packages off, `-S`) is one line saying which
+    Python lacks which module and how to enter the environment: no traceback."""
+    p = subprocess.run([sys.executable, "-S", "-m", "easylemur.train", "--config", "configs/tiny_pretrain.py"],
+                       cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60)
+    line = error_line(p, 1)
+    assert line.startswith(f"error: this Python ({sys.executable}) has no module '"), line
+    assert line.endswith("': enter the environment the setup made (source .venv/bin/activate) or install easylemur "
+                         "into this one (pip install -e .)"), line
