@@ -144,6 +144,7 @@ def test_a_mistyped_data_path_is_one_line_before_any_hub_call_or_workdir(tmp_pat
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     offline = {**env(1), "EASYLEMUR_MALLOC": "default"}
     for path in ["data/nope", "data/nope.jsonl", str(tmp_path / "nope"), "./nope"]:
         p = subprocess.run([sys.executable, "-m", "easylemur.train", "--config", "configs/tiny_pretrain.py",
@@ -254,3 +255,46 @@ def test_a_python_without_the_packages_is_told_to_enter_the_environment():
     assert line.startswith(f"error: this Python ({sys.executable}) has no module '"), line
     assert line.endswith("': enter the environment the setup made (source .venv/bin/activate) or install easylemur "
                          "into this one (pip install -e .)"), line
+
+
+def test_from_hf_takes_a_hub_model_name_from_the_hub_cache_and_says_what_to_do_offline(hf_dir, tmp_path):
+    """`convert from-hf --hf ORG/NAME`: a name that is not a directory here is fetched with
+    huggingface_hub (here from a Hub cache laid out as huggingface_hub writes it, read offline:
+    HF_HUB_OFFLINE=1) and converted like the directory; a name neither cached nor reachable (the
+    Hub's address a closed port) is one line saying how to get it; a local-looking typo never asks."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--tiny-org--tiny-llama"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(hf_dir, repo / "snapshots" / commit)
+    hub = {"HF_HUB_CACHE": str(tmp_path / "hub"), "EASYLEMUR_MALLOC": "default"}
+    argv = [sys.executable, "-m", "easylemur.convert", "from-hf", "--hf", "tiny-org/tiny-llama", "--out"]
+    p = subprocess.run([*argv, str(tmp_path / "ck")], cwd=ROOT, env={**env(1), **hub, "HF_HUB_OFFLINE": "1"},
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "fetching it from the Hugging Face Hub (or its cache)" in p.stderr
+    converted = subprocess.run([sys.executable, "-m", "easylemur.convert", "from-hf", "--hf", str(hf_dir), "--out",
+                                str(tmp_path / "direct")], cwd=ROOT, env=env(1), capture_output=True, timeout=300)
+    assert converted.returncode == 0
+    import jax
+    import numpy as np
+
+    from easylemur.checkpoint import model_meta
+
+    a, b = model_meta.load_params(tmp_path / "ck"), model_meta.load_params(tmp_path / "direct")
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+    offline = {**env(1), **hub, "HF_ENDPOINT": "http://127.0.0.1:9"}
+    offline.pop("HF_HUB_OFFLINE", None)
+    offline.pop("TRANSFORMERS_OFFLINE", None)  # huggingface_hub reads it as HF_HUB_OFFLINE
+    p = subprocess.run([*argv[:-3], "--hf", "other-org/missing", "--out", str(tmp_path / "x")], cwd=ROOT, env=offline,
+                       capture_output=True, text=True, timeout=120)
+    said, line = p.stderr.splitlines()  # what it is doing, then why it stops
+    assert p.returncode == 2 and said.startswith("convert: --hf other-org/missing: not a directory here; fetching"), said
+    assert line.startswith("error: --hf other-org/missing: not a directory here, and the Hub cannot be reached"), line
+    assert line.endswith("download it where there is a network (hf download other-org/missing --local-dir DIR) and "
+                         "pass --hf DIR"), line
+    line = error_line(subprocess.run([*argv[:-3], "--hf", "data/nope", "--out", str(tmp_path / "x")], cwd=ROOT,
+                                     env=offline, capture_output=True, timeout=120), 2)
+    assert line == "error: --hf data/nope: not a directory (nor a Hub model name like org/name)", line

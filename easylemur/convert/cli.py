@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Sequence
 
+from easylemur.convert.dtypes import ConvertError
 from easylemur.convert.from_hf import from_hf
 from easylemur.convert.to_hf import to_hf
 from easylemur.errors import add_debug_flag, run_cli
@@ -46,7 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser("from-hf", help="HF Llama directory -> easylemur checkpoint",
                        description="Convert a Hugging Face Llama directory (config.json + safetensors, sharded or "
                                    "not, or pytorch_model*.bin) into an easylemur checkpoint OUT/checkpoints/0.")
-    a.add_argument("--hf", required=True, metavar="DIR", help="the HF model directory")
+    a.add_argument("--hf", required=True, metavar="DIR|ORG/NAME",
+                   help="the HF model directory, or a Hub model name (downloaded into the Hugging Face cache: weights, "
+                   "configs and tokenizer files; HF_HUB_OFFLINE=1 reads the cache only)")
+    a.add_argument("--revision", default=None, help="with a Hub model name: the branch, tag or commit (default: main)")
     a.add_argument("--out", required=True, metavar="CKPT", help="output directory (a workdir-shaped folder)")
     a.add_argument("--param-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="stored parameter dtype; auto (default) keeps the HF files' dtype")
@@ -82,11 +88,48 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def hub_model_dir(name: str, revision: str | None = None) -> str:
+    """`--hf`: a directory here as it is; a Hub model name (`org/name`, not a local-looking path)
+    is downloaded with huggingface_hub into its cache (only what a conversion reads) and its
+    snapshot directory returned. Unreachable, missing or gated: one line saying what to do."""
+    from easylemur.data.files import looks_like_hub_name
+
+    if Path(name).expanduser().is_dir() or not looks_like_hub_name(name):
+        return name  # from_hf names a missing directory
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    print(f"convert: --hf {name}: not a directory here; fetching it from the Hugging Face Hub (or its cache)",
+          file=sys.stderr, flush=True)
+    try:
+        return snapshot_download(name, revision=revision, allow_patterns=HUB_FILES)
+    except GatedRepoError:
+        raise ConvertError(f"--hf {name}: a gated model; accept its license on the Hub and log in "
+                           "(`hf auth login` or HF_TOKEN)") from None
+    except RevisionNotFoundError:
+        raise ConvertError(f"--hf {name}: no revision {revision!r} on the Hub") from None
+    except RepositoryNotFoundError:
+        raise ConvertError(f"--hf {name}: not a directory here, and no such model on the Hub (or it is private: "
+                           "log in with `hf auth login`)") from None
+    except LocalEntryNotFoundError as e:
+        raise ConvertError(f"--hf {name}: not a directory here, and the Hub cannot be reached nor has the cache a copy "
+                           f"({' '.join(str(e).split())[:160]}); download it where there is a network (hf download "
+                           f"{name} --local-dir DIR) and pass --hf DIR") from None
+    except OSError as e:  # a network error of any kind
+        raise ConvertError(f"--hf {name}: not a directory here, and the Hub cannot be reached "
+                           f"({' '.join(str(e).split())[:160]}); download it where there is a network (hf download "
+                           f"{name} --local-dir DIR) and pass --hf DIR") from None
+
+
+# what from_hf reads of a Hub model: weights as safetensors, configs, tokenizer and chat templates
+HUB_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.jinja", "additional_chat_templates/*"]
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "from-hf":
-        step_dir = from_hf(args.hf, args.out, param_dtype=args.param_dtype, tokenizer=args.tokenizer,
-                           add_chatml_tokens=args.add_chatml_tokens, overwrite=args.force)
+        step_dir = from_hf(hub_model_dir(args.hf, args.revision), args.out, param_dtype=args.param_dtype,
+                           tokenizer=args.tokenizer, add_chatml_tokens=args.add_chatml_tokens, overwrite=args.force)
         print(json.dumps({"checkpoint": str(step_dir)}))
     else:
         out = to_hf(args.checkpoint, args.out, step=args.step, dtype=args.dtype,

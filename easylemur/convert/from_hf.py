@@ -52,7 +52,7 @@ def from_hf(hf_dir: str | Path, out: str | Path, *, param_dtype: str = "auto", t
     log = log or (lambda msg: print(msg, file=sys.stderr))
     hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
-        raise ConvertError(f"--hf {hf_dir}: not a directory")
+        raise ConvertError(f"--hf {hf_dir}: not a directory (nor a Hub model name like org/name)")
     final = check_checkpoint_out(out, overwrite)  # before any work: a refusal costs nothing
     if _inside(hf_dir, final / "checkpoints"):
         raise ConvertError(f"--hf {hf_dir} lies inside {final / 'checkpoints'}, which --out {out} would replace")

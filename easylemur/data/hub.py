@@ -19,12 +19,14 @@ def check_reachable(name: str, where: str) -> None:
     """A Hub dataset `name` the run will stream, asked for once with a short timeout before the
     run starts: unreachable (offline), missing or gated is one line naming `where` (the config
     key) and what to do, instead of the datasets library's minute of retries and log lines.
-    Skipped when HF_HUB_OFFLINE / HF_DATASETS_OFFLINE ask for the local cache."""
+    Skipped when HF_HUB_OFFLINE / HF_DATASETS_OFFLINE (or TRANSFORMERS_OFFLINE, which
+    huggingface_hub also reads) ask for the local cache."""
     import os
 
     from easylemur.data.records import DataError
 
-    if any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+    if any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+                                                                      "TRANSFORMERS_OFFLINE")):
         return
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
