@@ -23,6 +23,9 @@ FATAL = ("F1206 14:30:55.923194   27795 client.h:80] Terminating process because
          "/xla.coordination.CoordinationService/PollForError [type.googleapis.com/tensorflow.CoordinationServiceError='']\n")
 TRACE = "*** Check failure stack trace: ***\n" + "".join(
     f"    @     0x7fdc66a4{i:04x}  absl::log_internal::LogMessage::SendToLog()\n" for i in range(12))
+PREEMPTION = ("W1206 14:42:14.901929   30400 preemption_sync_manager.cc:147] Failed to retrieve preemption notice "
+              "from coordination service: UNAVAILABLE: Socket closed\nAdditional GRPC error information from remote "
+              "target coordination_service while calling /xla.coordination.CoordinationService/GetKeyValue:\n")
 GONE = ("F1206 14:30:28.030688   27730 client.h:80] Terminating process because the JAX distributed service detected "
         "fatal errors. absl::Status: UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task "
         "was preempted/died/restarted unexpectedly or this task is experiencing network issues.\n")
@@ -62,7 +65,8 @@ def test_a_heartbeat_abort_goes_to_the_file_and_names_the_task(tmp_path):
 
 
 def test_the_coordinator_gone_and_several_tasks(tmp_path):
-    assert run(tmp_path / "a", [GONE, TRACE])[2] == (None, True)
+    console, file, verdict = run(tmp_path / "a", [PREEMPTION, GONE, TRACE])
+    assert verdict == (None, True) and file == PREEMPTION + GONE + TRACE and "preemption" not in console, console
     assert run(tmp_path / "b", [FATAL.format(tasks="1,3"), TRACE])[2] == ([1, 3], False)
 
 

@@ -12,8 +12,9 @@ included), except:
 
 - an `F` line (fatal: the process is going down) and, after it, everything but easylemur's own
   `error: ` / `warning: ` lines and empty ones (the fatal message's continuation, the stack trace);
-- an `E` line from the coordination service or its agent, and the lines that follow it within
-  half a second (the message's continuation lines: "2", "The tasks have crashed. ...").
+- an `E` or `W` line from the coordination service, its agent or the preemption notices they
+  carry, and the lines that follow it within half a second (the message's continuation lines:
+  "2", "The tasks have crashed. ...").
 
 Those go to a private file (mkstemp, 0600) whose name the abort handler's line gives; the file
 is removed at the end when nothing was diverted. `jax_verdict(path)` reads what JAX said there:
@@ -35,6 +36,9 @@ _PREFIX = re.compile(rb"([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ([^\]]+)\] ")
 _OURS = (b"error: ", b"warning: ")
 _HOLD = 64  # the bytes of a line's start that decide where it goes
 _CONTINUATION_SECONDS = 0.5
+# the sources of the E and W lines a pod process writes on its way down: the coordination service and
+# its agent, and the preemption notices they carry ("Failed to retrieve preemption notice ...")
+_WAY_DOWN = (b"coordination", b"preemption_sync")
 
 
 def divert(pid: int) -> str:
@@ -108,7 +112,7 @@ class _Filter:
             if severity == b"F":
                 self.fatal = True
                 return "divert"
-            if self.fatal or (severity == b"E" and b"coordination" in source):
+            if self.fatal or (severity in (b"E", b"W") and any(w in source for w in _WAY_DOWN)):
                 self.continued_until = time.monotonic() + _CONTINUATION_SECONDS
                 return "divert"
             self.continued_until = 0.0
