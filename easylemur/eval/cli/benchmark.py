@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from easylemur.errors import InputError, add_debug_flag
-from easylemur.eval.api import FORMATS, MissingData, Task, parse_ks, read_samples
+from easylemur.eval.api import FORMATS, MissingData, Progress, Task, one_line_per_record, parse_ks, read_samples
+from easylemur.eval.backends.samples import DEFAULT_MAX_NEW_TOKENS, generate_samples
 from easylemur.eval.benchmarks import registry
 from easylemur.eval.runs.scoring import score
 from easylemur.eval.sandbox import Sandbox
@@ -49,23 +50,14 @@ def _task(args: Any) -> Task:
     return task
 
 
-def _progress(total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, file=sys.stderr, disable=None, dynamic_ncols=True)
-
-
 def _generate(task: Task, args: Any, n: int) -> list[tuple[Any, str]]:
     """(task_id, code) for n samples of every problem, from the checkpoint."""
-    from easylemur.eval.backends.samples import generate_samples
     from easylemur.generate.api import load
 
     model = load(args.checkpoint, dtype=args.dtype, step=args.step, mesh=args.mesh)
-    bar = _progress(len(task.problems) * n, "generate")
-    samples = generate_samples(task, model, n, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                               temperature=args.temperature, top_p=args.top_p, seed=args.seed, progress=bar.update)
-    bar.close()
-    return samples
+    return generate_samples(task, model, n, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                            temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                            progress=f"{args.task}: generated")
 
 
 def _from_samples(task: Task, path: str, limit: Optional[int], ks: Sequence[int], k_text: str) -> list[tuple[Any, str]]:
@@ -116,7 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-format", choices=FORMATS, default="base")
     parser.add_argument("--temperature", type=float, default=None, help="default: 0 (greedy) for n=1, else 0.8")
     parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"tokens per completion (default {DEFAULT_MAX_NEW_TOKENS}, or what the model's context "
+                             "leaves beside the longest prompt when that is less; a value that does not fit is refused "
+                             "before anything is generated)")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts decoded together")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
@@ -167,6 +162,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     ks = _checked(args)
     out = _out_dir(args.out, args.force)
+    one_line_per_record()
     sandbox = Sandbox(timeout=args.timeout, memory_bytes=args.memory_mb << 20, unsafe_no_sandbox=args.unsafe_no_sandbox)
     sandbox.check()  # refuse before spending time on generation
     task = _task(args)
@@ -175,8 +171,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         task.problems = task.problems[: args.limit]
         samples = _generate(task, args, args.n)
-    bar = _progress(len(samples), "execute")
-    scores = score(task, samples, sandbox, ks, out, workers=args.workers, progress=lambda: bar.update(1))
-    bar.close()
+    with Progress(f"{args.task}: judged", len(samples)) as progress:
+        scores = score(task, samples, sandbox, ks, out, workers=args.workers, progress=progress)
     print(json.dumps(scores.summary()), flush=True)
     return 0

@@ -8,17 +8,56 @@ any OpenAI-compatible endpoint (docs/design.md, "Evaluation suites").
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from easylemur.errors import InputError, add_debug_flag
+from easylemur.eval.api import one_line_per_record
 from easylemur.eval.backends.access import open_model
 from easylemur.eval.runs import suite
 from easylemur.eval.runs.suite import load_suite, run_suite, suite_sandbox
-from easylemur.eval.runs.table import render_tables
+from easylemur.eval.runs.table import incomplete, write_tables
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM while the rows run: the table is written with the rows that finished,
+    marked incomplete, and the command exits 128 + the signal's number (130, 143)."""
+
+    def __init__(self, signum: int):
+        self.signal = signal.Signals(signum).name
+        self.code = 128 + signum
+        super().__init__(self.signal)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` in the main thread (the first one; a second acts as
+    it did before: Ctrl-C's KeyboardInterrupt, SIGTERM's end). Nothing changes off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+    def interrupt(signum: int, frame: object) -> None:
+        restore()
+        raise Interrupted(signum)
+
+    for s in previous:
+        signal.signal(s, interrupt)
+    try:
+        yield
+    finally:
+        restore()
 
 
 def _data_map(items: Sequence[str]) -> dict[str, str]:
@@ -44,8 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="directory for table.md, table.json and each task's files")
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out")
     parser.add_argument("--data-dir", default=None,
-                        help="where benchmarks' data live under their usual names (mbpp.jsonl, spider/, multipl_e/, "
-                             "ds1000.jsonl, gsm8k.jsonl, HumanEval.jsonl.gz)")
+                        help="where the code and agent rows' data live under their usual names: mbpp.jsonl, "
+                             "ds1000.jsonl.gz, spider/, multipl_e/, mint/, intercode/, HumanEval.jsonl.gz (each "
+                             "benchmark's published files, docs/guides/evaluation.md; lm-eval rows read Hugging Face's "
+                             "cache instead)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
                         help="one task's (or benchmark's) data, e.g. --data spider=~/spider (repeatable)")
     parser.add_argument("--model", default="", help="model id sent to --endpoint (default: the first of /v1/models)")
@@ -118,15 +159,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise InputError(f"--out {out}: exists and is not an empty directory; pass --force to write into it")
     out.mkdir(parents=True, exist_ok=True)
 
+    one_line_per_record()
     sandbox = suite_sandbox(spec, names, args)  # refused or skipped before the model loads
     access = open_model(args)
+    scored = [n for n in names if spec["tasks"][n]["kind"] != "mean"]
+    finished: dict[str, dict] = {}
+
+    def row_done(rows: dict[str, dict]) -> None:  # the table, rewritten as each row finishes
+        finished.clear()
+        finished.update(rows)
+        write_tables(out, spec, rows, access.name, incomplete(rows, scored, "running"))
+
     try:
-        rows = run_suite(spec, names, access, sandbox, args, out)
+        with _signals_interrupt():
+            try:
+                rows = run_suite(spec, names, access, sandbox, args, out, on_row=row_done)
+            except Interrupted as e:
+                lacking = incomplete(finished, scored, f"interrupted by {e.signal}")
+                write_tables(out, spec, finished, access.name, lacking)
+                print(f"suite: {lacking}; {out / 'table.md'} holds the finished rows, marked incomplete",
+                      file=sys.stderr, flush=True)
+                sys.stdout.flush()
+                # the requests and sandboxed programs still in flight are abandoned, not waited for
+                # (the sandboxes end with this process; the server too)
+                os._exit(e.code)
     finally:
         access.close()
-    md, table = render_tables(spec, rows, access.name)
-    (out / "table.md").write_text(md)
-    (out / "table.json").write_text(json.dumps(table, indent=1))
+    md = write_tables(out, spec, rows, access.name)
     print(md)
     print(json.dumps({n: (r.get("score") if "skipped" not in r else "skipped") for n, r in rows.items()}), flush=True)
     failed = [n for n, r in rows.items() if r.get("error")]

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 from easylemur.config import OVERRIDE_HELP, ConfigError, load_config, parse_cli, task_eval_names
 from easylemur.errors import InputError, add_debug_flag
+from easylemur.eval.api import one_line_per_record
 from easylemur.eval.runs.watch import EVAL_METRICS, watch
 
 
@@ -34,4 +35,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise ConfigError("eval.tasks is empty; name the tasks to run (--config.eval.tasks=humaneval,...)")
     if args.poll_seconds <= 0:
         raise InputError(f"--poll-seconds {args.poll_seconds}: must be > 0")
+    one_line_per_record()
     return watch(cfg, mesh=args.mesh, dtype=args.dtype, poll_seconds=args.poll_seconds, once=args.once)

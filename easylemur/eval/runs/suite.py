@@ -19,7 +19,6 @@ OUT/table.md, OUT/table.json and, per task, OUT/<task>/ (samples, results, episo
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import sys
 import time
@@ -29,13 +28,13 @@ from typing import Any, Callable, Optional, Sequence
 from easylemur.errors import InputError
 from easylemur.eval.agent.episode import lost as lost_reason
 from easylemur.eval.agent.episode import run_episodes, success_rates
-from easylemur.eval.api import parse_ks, write_jsonl
+from easylemur.eval.api import Progress, parse_ks, write_jsonl
 from easylemur.eval.backends.access import ModelAccess
 from easylemur.eval.backends.client import EndpointError, EndpointLost
 from easylemur.eval.benchmarks import registry
 from easylemur.eval.runs.scoring import score
 from easylemur.eval.runs.table import mean_row
-from easylemur.eval.sandbox import Sandbox, SandboxUnavailable
+from easylemur.eval.sandbox import Sandbox, SandboxUnavailable, thread_map
 
 SUITES_DIR = Path(__file__).parent / "suites"
 KINDS = ("code", "agent", "lm_eval", "mean")  # mean: the average of other rows (MultiPL-E over languages)
@@ -131,9 +130,9 @@ def _task_of(name: str, spec: dict, args: Any) -> Any:
 
 # ------------------------------------------------------------------ running rows
 
-def _pool_map(fn: Callable[[Any], Any], items: Sequence[Any], concurrency: int) -> list[Any]:
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        return list(pool.map(fn, items))
+def _progress(name: str, what: str, total: int, unit: str) -> Progress:
+    """A row's progress line on stderr (`api.Progress`): "suite: NAME: WHAT done/total UNIT (rate, time)"."""
+    return Progress(f"suite: {name}: {what}", total, unit)
 
 
 def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
@@ -170,13 +169,21 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
 
     lost: list[str] = []
     refused: list[str] = []
-    codes = _pool_map(one, rows, args.concurrency)
+    with _progress(name, "generated", len(rows), "samples") as progress:
+        def counted(row: tuple) -> Optional[str]:
+            try:
+                return one(row)
+            finally:
+                progress()
+
+        codes = thread_map(counted, rows, args.concurrency)
     if lost or refused:
         (out / "errors.txt").write_text("\n".join(lost + refused) + "\n")
     answered = [(p.task_id, code) for (p, _), code in zip(rows, codes) if code is not None]
     if not answered:
         raise Skip(f"every one of {len(rows)} requests was lost to endpoint errors (first: {lost[0]})")
-    judged = score(task, answered, sandbox, [k for k in ks if k <= n], out, workers=args.workers)
+    with _progress(name, "judged", len(answered), "samples") as progress:
+        judged = score(task, answered, sandbox, [k for k in ks if k <= n], out, workers=args.workers, progress=progress)
     scores = judged.pass_at
     row = {"score": scores["pass@1"] if "pass@1" in scores else next(iter(scores.values())), "metric": "pass@1",
            **scores, "n": len(judged.counts), "samples_per_problem": n, "refused": len(refused),
@@ -228,18 +235,19 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     rates: dict[str, float] = {}
     errors = lost = 0
     t = time.perf_counter()
-    for k in runs:
-        records = run_budget(task, chat, sandbox, k, feedback=critic, tools=tools, concurrency=args.concurrency,
-                             workers=args.workers)
-        (out / f"k={k}").mkdir(exist_ok=True)
-        write_jsonl(out / f"k={k}" / "results.jsonl", records)
-        lost += sum(bool(lost_reason(r)) for r in records)
-        errors += sum(r["state"]["terminate_reason"] == "error" and not lost_reason(r) for r in records)
-        if budgets == "one-run" and feedback == "none":
-            at = solved_within(records)
-            rates.update({f"success@{i}": at(i) for i in range(1, turns + 1)})
-        else:
-            rates[f"success@{k}"] = success_rate(records)
+    with _progress(name, "played", len(task.problems) * len(runs), "episodes") as progress:
+        for k in runs:
+            records = run_budget(task, chat, sandbox, k, feedback=critic, tools=tools, concurrency=args.concurrency,
+                                 workers=args.workers, progress=progress)
+            (out / f"k={k}").mkdir(exist_ok=True)
+            write_jsonl(out / f"k={k}" / "results.jsonl", records)
+            lost += sum(bool(lost_reason(r)) for r in records)
+            errors += sum(r["state"]["terminate_reason"] == "error" and not lost_reason(r) for r in records)
+            if budgets == "one-run" and feedback == "none":
+                at = solved_within(records)
+                rates.update({f"success@{i}": at(i) for i in range(1, turns + 1)})
+            else:
+                rates[f"success@{k}"] = success_rate(records)
     seconds = time.perf_counter() - t
     return {"score": rates[f"success@{turns}"], "metric": f"success@{turns}", **rates, "n": len(task.problems),
             "feedback": "llm" if critic else "none", "turns": turns,
@@ -278,8 +286,9 @@ def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, san
         return access.client.chat(messages, max_tokens=max_tokens, temperature=0.0, seed=args.seed, stop=stop)
 
     def run(engine: Any) -> list:
-        return run_budget(task, chat, engine, turns, dialogue_limit=limit, handicap=handicap, policy=policy,
-                          concurrency=args.concurrency)
+        with _progress(name, "played", len(task.problems), "episodes") as progress:
+            return run_budget(task, chat, engine, turns, dialogue_limit=limit, handicap=handicap, policy=policy,
+                              concurrency=args.concurrency, progress=progress)
 
     t = time.perf_counter()
     if engine_name == "mariadb":
@@ -326,9 +335,11 @@ def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sa
         return access.client.chat(messages, max_tokens=max_tokens, temperature=temperature, seed=args.seed)
 
     t = time.perf_counter()
-    episodes = run_episodes(task, chat, task.sized(sandbox), concurrency=args.concurrency, sandbox_workers=args.workers,
-                            turns=turns, feedback=feedback, proposals=int(spec.get("proposals", 2)),
-                            observation_chars=int(spec.get("observation_chars", 2000)))
+    with _progress(name, "played", len(task.problems), "episodes") as progress:
+        episodes = run_episodes(task, chat, task.sized(sandbox), concurrency=args.concurrency,
+                                sandbox_workers=args.workers, turns=turns, feedback=feedback,
+                                proposals=int(spec.get("proposals", 2)),
+                                observation_chars=int(spec.get("observation_chars", 2000)), progress=progress)
     seconds = time.perf_counter() - t
     write_jsonl(out / "episodes.jsonl", (e.record() for e in episodes))
     rates = success_rates(episodes, turns)
@@ -348,6 +359,7 @@ def run_lm_eval(name: str, spec: dict, access: ModelAccess, args: Any, out: Path
         from easylemur.eval.backends.harness import EasylemurLM
 
         model: Any = EasylemurLM(loaded=access.loaded, batch_size=args.concurrency, max_gen_toks=args.max_tokens)
+        model.progress_label = f"suite: {name}: lm-eval"
     else:
         model = "local-completions"
     model_args = None
@@ -361,14 +373,20 @@ def run_lm_eval(name: str, spec: dict, access: ModelAccess, args: Any, out: Path
     kw: dict[str, Any] = {}
     if spec.get("num_fewshot") is not None:
         kw["num_fewshot"] = int(spec["num_fewshot"])
+    from easylemur.eval.backends import hub
     from easylemur.eval.backends.lm_eval_tasks import flat_metrics, task_manager
 
+    offline = hub.offline()  # no Hub: a dataset missing from the local cache fails at once, not after retries
     try:
         kw["task_manager"] = task_manager([spec["task"]], args.lm_eval_include or "")  # one index for every row
         result = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=[spec["task"]],
                                          limit=args.limit, bootstrap_iters=0, verbosity="ERROR", **kw)
     except Exception as e:  # noqa: BLE001 - a text row that cannot run (no data offline, ...) is skipped, said why
         why = " ".join(str(e).split())[:200]
+        if offline and hub.missing_offline(e):
+            raise Skip(f"lm-eval {spec['task']}: a dataset it needs is not in the local Hugging Face cache "
+                       f"({type(e).__name__}: {why[:120]}) and the Hub cannot be reached ({offline}); "
+                       f"{hub.LOCAL_COPY}") from None
         if "okenizer is required" in why:
             why += " (pass --tokenizer HF_DIR: the model's Hugging Face tokenizer, e.g. its to-hf export)"
         raise Skip(f"lm-eval {spec['task']}: {type(e).__name__}: {why}") from None
@@ -427,13 +445,26 @@ def suite_sandbox(suite: dict, names: Sequence[str], args: Any) -> Optional[Sand
     return sandbox
 
 
-def run_suite(suite: dict, names: Sequence[str], access: ModelAccess, sandbox: Optional[Sandbox], args: Any,
-              out: Path) -> dict[str, dict]:
-    """Every row of `names`, each in OUT/<row>/, then the averaged rows over them."""
-    rows = {n: run_row(n, suite["tasks"][n], access, sandbox, args, out) for n in names
-            if suite["tasks"][n]["kind"] != "mean"}
+def with_means(suite: dict, names: Sequence[str], rows: dict[str, dict], finished: bool = True) -> dict[str, dict]:
+    """`rows` and, after them, the averaged rows of `names` over them; before the suite has
+    `finished`, only the means that have a part to average (a partial one says which it lacks)."""
+    out = dict(rows)
     for n in names:
         spec = suite["tasks"][n]
-        if spec["kind"] == "mean":
-            rows[n] = mean_row(spec, rows)
-    return rows
+        if spec["kind"] == "mean" and (finished or any(o in rows for o in spec["of"])):
+            out[n] = mean_row(spec, rows)
+    return out
+
+
+def run_suite(suite: dict, names: Sequence[str], access: ModelAccess, sandbox: Optional[Sandbox], args: Any,
+              out: Path, on_row: Optional[Callable[[dict[str, dict]], None]] = None) -> dict[str, dict]:
+    """Every row of `names`, each in OUT/<row>/, then the averaged rows over them. `on_row(rows)`
+    after each row with the rows finished so far (and the means over them): the table is
+    rewritten as rows finish, so an interrupted suite still has its finished rows."""
+    rows: dict[str, dict] = {}
+    for n in names:
+        if suite["tasks"][n]["kind"] != "mean":
+            rows[n] = run_row(n, suite["tasks"][n], access, sandbox, args, out)
+            if on_row is not None:
+                on_row(with_means(suite, names, rows, finished=False))
+    return with_means(suite, names, rows)

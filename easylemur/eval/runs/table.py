@@ -1,9 +1,13 @@
 """A suite's table: the rows of its averaged columns (`mean_row`), and table.md / table.json with
-the paper's reference rows beside this model's (`render_tables`)."""
+the paper's reference rows beside this model's (`render_tables`), written whole each time a row
+finishes (`write_tables`); a table that lacks rows says so (`incomplete`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
 
 
 def mean_row(spec: dict, rows: dict[str, dict]) -> dict:
@@ -76,13 +80,26 @@ def _samples(r: dict) -> str:
     return n + (f" (+{r['lost']} lost)" if r.get("lost") else "")
 
 
-def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, dict]:
+def incomplete(rows: dict[str, dict], names: Sequence[str], how: str) -> str:
+    """What a table of `rows` lacks of the rows `names`, `how` it came to lack them ("running",
+    "interrupted by SIGINT"): the line table.md shows and table.json's `incomplete`."""
+    missing = [n for n in names if n not in rows]
+    return (f"{how}: {len(names) - len(missing)} of {len(names)} rows finished"
+            + (f"; without {', '.join(missing)}" if missing else ""))
+
+
+def render_tables(suite: dict, rows: dict[str, dict], model: str, lacking: str = "") -> tuple[str, dict]:
     """table.md and table.json: per table of the suite, this model's row (scores in %, skipped
-    rows marked), the paper's reference rows beside, and per-column sample counts."""
+    rows marked), the paper's reference rows beside, and per-column sample counts; `lacking`
+    (`incomplete`'s words) marks a table without all its rows, in a line under the title and as
+    table.json's `incomplete`."""
     tasks = suite["tasks"]
     refs = suite.get("reference", {})
     md = [f"# {suite.get('title', suite.get('name', 'suite'))}: {model}", ""]
     out: dict[str, Any] = {"suite": suite.get("name"), "model": model, "tasks": rows, "tables": []}
+    if lacking:
+        md += [f"**Incomplete** ({lacking}): the rows below are those that finished.", ""]
+        out["incomplete"] = lacking
     notes = []
     for table in suite.get("tables", [{"title": "Results", "columns": list(tasks)}]):
         cols = [c for c in table["columns"] if c in rows]
@@ -144,3 +161,14 @@ def render_tables(suite: dict, rows: dict[str, dict], model: str) -> tuple[str, 
     if source:
         md += [f"Reference rows: {source}", ""]
     return "\n".join(md), out
+
+
+def write_tables(out: Path, suite: dict, rows: dict[str, dict], model: str, lacking: str = "") -> str:
+    """OUT/table.md and OUT/table.json (`render_tables`), each replaced whole (written beside and
+    renamed into place: a reader, or an interrupt, never meets half a file); returns the markdown."""
+    md, table = render_tables(suite, rows, model, lacking)
+    for name, text in (("table.json", json.dumps(table, indent=1)), ("table.md", md)):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, out / name)
+    return md

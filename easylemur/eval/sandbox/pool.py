@@ -1,6 +1,7 @@
 """The sandbox's worker slots (as root, each slot its own uid): one pool, handed to whichever
 thread runs a program next, for a batch of programs (`run_programs`) and for agent episodes
-(`SlotPool.run`)."""
+(`SlotPool.run`); and `thread_map`, the one way evaluation runs work on threads (programs,
+requests, episodes)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,29 @@ import concurrent.futures
 import os
 import queue
 import threading
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
 from easylemur.eval.sandbox.box import Sandbox
 from easylemur.eval.sandbox.jobs import Job, Program, ProgramResult
 
 NOT_RUN = "failed: not run"  # a program a cancelled batch never started
+T = TypeVar("T")
+
+
+def thread_map(fn: Callable[[Any], T], items: Sequence[Any], workers: int) -> list[T]:
+    """`fn(item)` for every item, `workers` threads at a time; the results in the items' order.
+    When an item raises, the items not started never start (`ThreadPoolExecutor`'s `with` would
+    run every one queued first), and the error is raised once those running have ended; on a
+    KeyboardInterrupt (Ctrl-C, or a suite's SIGTERM) not even those are waited for, so an
+    interrupted suite writes its table at once."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        results = list(pool.map(fn, items))
+    except BaseException as e:
+        pool.shutdown(wait=not isinstance(e, KeyboardInterrupt), cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results
 
 
 class SlotPool:
@@ -52,5 +70,4 @@ def run_programs(programs: Sequence[Union[Job, Program, str]], sandbox: Sandbox,
             if progress is not None:
                 progress()
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, programs))
+    return thread_map(one, programs, workers)
