@@ -30,8 +30,8 @@ ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
 
 # Flags of other programs the docs name in their prose (in its code blocks, other programs'
 # commands are recognised as not ours and skipped): SLURM's --requeue, `mkdocs build --strict`,
-# pytest's --strict-markers (pytest.ini).
-EXTERNAL_FLAGS = {"--requeue", "--strict", "--strict-markers"}
+# pytest's --strict-markers (pytest.ini), TensorBoard's --logdir.
+EXTERNAL_FLAGS = {"--requeue", "--strict", "--strict-markers", "--logdir"}
 
 
 def _code_commands() -> list[list[str]]:
