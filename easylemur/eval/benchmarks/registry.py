@@ -46,6 +46,9 @@ class Benchmark:
 _HE = ("HumanEval.jsonl.gz", "HumanEval.jsonl")
 _MINT = "MINT's repository at its pinned commit (easylemur/eval/benchmarks/mint/files.py)"
 _INTERCODE = "InterCode's repository at its pinned commit (easylemur/eval/benchmarks/intercode_sql/files.py)"
+_CAP = "Code as Policies' RoboCodeGen notebook at its pinned commit (easylemur/eval/benchmarks/robocodegen/files.py)"
+_CAP_HINT = ("Code as Policies' notebook 'Experiment_ Robot Code-Gen Benchmark.ipynb' (github.com/google-research/"
+             "google-research, code_as_policies/)")
 _B = "easylemur.eval.benchmarks"
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval", SINGLE_TURN, f"{_B}.humaneval:single_turn", _HE, shipped=True, title="HumanEval",
@@ -73,6 +76,10 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("intercode_sql", AGENT, f"{_B}.intercode_sql.task:build", ("intercode",), fetched=_INTERCODE,
               title="InterCode-SQL", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
               in_training=False),  # a MariaDB server per run: `eval suite` only
+    Benchmark("robocodegen", SINGLE_TURN, f"{_B}.robocodegen.task:single_turn", ("google-research", "code_as_policies"),
+              fetched=_CAP, title="RoboCodeGen", data_hint=_CAP_HINT),
+    Benchmark("robocodegen_agent", AGENT, f"{_B}.robocodegen.task:agent", ("google-research", "code_as_policies"),
+              fetched=_CAP, title="RoboCodeGen (execution feedback)", data_hint=_CAP_HINT),
 )}
 
 
