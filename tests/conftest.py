@@ -13,6 +13,16 @@ if "xla_backend_optimization_level" not in _flags:
     _flags += " " + QUICK_COMPILE
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The benchmarks' data is fetched from nowhere (eval/benchmarks/fetch.py): every source that is
+# not named by a test's own variable goes to a closed local port (refused at once), and the
+# cache the fetch fills and reads is this run's own, empty, removed at the end.
+os.environ.setdefault("EASYLEMUR_EVAL_MIRROR", "http://127.0.0.1:9")
+if "EASYLEMUR_EVAL_CACHE" not in os.environ:
+    import atexit
+    import tempfile
+
+    os.environ["EASYLEMUR_EVAL_CACHE"] = tempfile.mkdtemp(prefix="easylemur-tests-eval-cache-")
+    atexit.register(shutil.rmtree, os.environ["EASYLEMUR_EVAL_CACHE"], True)
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ and not os.environ.get("EASYLEMUR_TEST_NO_JAX_CACHE"):

@@ -1,27 +1,26 @@
 """A benchmark's authors' repository as the source of what the benchmark tells the model and
 judges by (MINT's, InterCode's): a copy laid out as the repository is, found under
 `--data-dir D` as `D/<dir_name>/`, given as `--data NAME=DIR`, or fetched file by file from
-GitHub's raw files at the pinned commit into a cache (`$EASYLEMUR_<ENV>_CACHE`, default
-`~/.cache/easylemur/<dir_name>/<commit>`; `$EASYLEMUR_<ENV>_URL` changes the source), each file
-written whole or not at all; and the readers of the texts its Python files hold, by syntax
-tree, never run. A file or a name that is missing, or has another shape than at the pinned
-commit, is a `PublishedFilesError` naming the file and the name: refused, not guessed at."""
+GitHub's raw files at the pinned commit into a cache (`$EASYLEMUR_<ENV>_CACHE`; else, with an
+eval cache set (`--cache-dir`, `$EASYLEMUR_EVAL_CACHE`), `<that>/<dir_name>/<commit>`; default
+`~/.cache/easylemur/<dir_name>/<commit>`; `$EASYLEMUR_<ENV>_URL`, else `$EASYLEMUR_EVAL_MIRROR`'s
+`<dir_name>/`, changes the source), each file written whole or not at all (`fetch.download`), a
+source that does not answer refused at once (`fetch.unanswered`); and the readers of the texts
+its Python files hold, by syntax tree, never run. A file or a name that is missing, or has
+another shape than at the pinned commit, is a `PublishedFilesError` naming the file and the
+name: refused, not guessed at."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import os
-import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
 from easylemur.errors import InputError
 from easylemur.eval.api.task import MissingData
-
-FETCH_TIMEOUT_S = 60.0
+from easylemur.eval.benchmarks.fetch import CACHE_ENV, FetchError, download, mirror, unanswered
 
 
 class PublishedFilesError(InputError):
@@ -43,7 +42,10 @@ class Repository:
 
     def cache_dir(self) -> Path:
         env = os.environ.get(f"EASYLEMUR_{self.env}_CACHE")
-        return Path(os.path.expanduser(env)) if env else Path.home() / ".cache" / "easylemur" / self.dir_name / self.commit
+        if env:
+            return Path(os.path.expanduser(env))
+        root = os.environ.get(CACHE_ENV)
+        return (Path(os.path.expanduser(root)) if root else Path.home() / ".cache" / "easylemur") / self.dir_name / self.commit
 
     def how(self) -> str:
         return (f"pass --data-dir D with D/{self.dir_name} a clone of {self.url} at {self.commit[:12]}, "
@@ -67,7 +69,8 @@ class RepoFiles:
                                   f"{' and '.join(m + '/' for m in repo.markers)} in it; git clone {repo.url} and "
                                   f"check out {repo.commit[:12]})")
             return cls(repo, root)
-        url = os.environ.get(f"EASYLEMUR_{repo.env}_URL", f"https://raw.githubusercontent.com/{repo.github}")
+        url = os.environ.get(f"EASYLEMUR_{repo.env}_URL") or (f"{mirror()}/{repo.dir_name}" if mirror() else
+                                                            f"https://raw.githubusercontent.com/{repo.github}")
         return cls(repo, repo.cache_dir(), url.rstrip("/"))
 
     def where(self, rel: str) -> str:
@@ -97,20 +100,13 @@ class RepoFiles:
     def _fetch(self, rel: str, path: Path) -> None:
         url = f"{self.url}/{self.repo.commit}/{rel}"
         try:
-            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
-                body = r.read()
-        except (urllib.error.URLError, OSError, ValueError) as e:
+            why = unanswered(url)  # a host that does not answer: at once, not after the fetch's timeout
+            if why:
+                raise FetchError(f"no answer from {why}")
+            download(url, path)  # whole or not at all: a cut download never looks fetched
+        except FetchError as e:
             raise MissingData(f"{self.repo.name}'s {rel}: no local copy and fetching {url} failed "
-                              f"({getattr(e, 'reason', e)}); {self.repo.how()}") from None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(body)
-            os.replace(tmp, path)  # whole or not at all: a cut download never looks fetched
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+                              f"({e}); {self.repo.how()}") from None
 
 
 # ------------------------------------------------------------------ reading Python by its syntax tree

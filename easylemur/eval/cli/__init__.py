@@ -1,9 +1,10 @@
 """`python -m easylemur.eval`: one benchmark's pass@k (`benchmark.py`), Lemur's table (`suite`:
-`suite.py`), the task evals on each new checkpoint of a run (`watch`: `watch.py`), and
-lm-evaluation-harness on the JAX model (`lm-eval`, below).
+`suite.py`), a suite's data fetched ahead (`fetch`: `fetch.py`), the task evals on each new
+checkpoint of a run (`watch`: `watch.py`), and lm-evaluation-harness on the JAX model (`lm-eval`, below).
 
     python -m easylemur.eval humaneval --checkpoint runs/tiny_chat --prompt-format chatml --out eval/he
     python -m easylemur.eval suite --endpoint URL --suite lemur --limit 20 --out DIR
+    python -m easylemur.eval fetch --suite lemur
     python -m easylemur.eval watch --config CFG --config.eval.tasks=humaneval
     python -m easylemur.eval lm-eval --model easylemur --model_args path=CKPT --tasks hellaswag
 """
@@ -53,6 +54,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from easylemur.eval.cli.watch import main as watch_main
 
         return watch_main(argv[1:])
+    if argv[:1] == ["fetch"]:
+        from easylemur.eval.cli.fetch import main as fetch_main
+
+        return fetch_main(argv[1:])
     from easylemur.eval.cli.benchmark import main as benchmark_main
 
     return benchmark_main(argv)

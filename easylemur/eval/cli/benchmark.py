@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 from easylemur.errors import InputError, add_debug_flag
 from easylemur.eval.api import FORMATS, MissingData, Progress, Task, one_line_per_record, parse_ks, read_samples
 from easylemur.eval.backends.samples import DEFAULT_MAX_NEW_TOKENS, generate_samples
-from easylemur.eval.benchmarks import registry
+from easylemur.eval.benchmarks import fetch, registry
 from easylemur.eval.runs.scoring import score
 from easylemur.eval.sandbox import Sandbox
 
@@ -40,8 +40,10 @@ def _task(args: Any) -> Task:
         raise InputError(f"{args.task} is a multi-turn benchmark: run it with python -m easylemur.eval suite "
                          f"--tasks {args.task} (--checkpoint PATH | --endpoint URL) --out DIR")
     try:
-        data = registry.find_data(args.task, args.data, None)
-    except MissingData:
+        data = fetch.find_data(args.task, args.data, args.data_dir, args.cache_dir)
+    except MissingData as e:
+        if fetch.source(args.task) is not None:  # no local copy and no fetch: where to place one
+            raise InputError(f"{args.task}: {e}") from None
         hint = registry.lookup(args.task)[0].data_hint or "its benchmark's data (docs: Evaluation)"
         raise InputError(f"{args.task} needs --data: {hint}") from None
     task = registry.build(args.task, data, args.prompt_format)
@@ -93,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("task", metavar="TASK",
                         help=f"{', '.join(registry.names(registry.SINGLE_TURN))}, or: "
                              "suite: Lemur's evaluation table on a checkpoint or an endpoint (python -m easylemur.eval "
-                             "suite --help); lm-eval: every later argument goes to lm-evaluation-harness's CLI with "
+                             "suite --help); fetch: a suite's data, ahead of its run (python -m easylemur.eval fetch "
+                             "--help); lm-eval: every later argument goes to lm-evaluation-harness's CLI with "
                              "--model easylemur registered (python -m easylemur.eval lm-eval --help); watch: eval.tasks on "
                              "each new checkpoint of a run (python -m easylemur.eval watch --help)")
     src = parser.add_mutually_exclusive_group(required=True)
@@ -101,7 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--samples", help="JSONL of {task_id, completion} to check instead of generating")
     parser.add_argument("--data", default=None,
                         help="mbpp: JSONL in MBPP's format, or an HF dataset name; humaneval: another HumanEval.jsonl(.gz); "
-                             "the others: their published files")
+                             "the others: their published files (default: under --data-dir, else the cache, else "
+                             "fetched from where their authors publish them)")
+    parser.add_argument("--data-dir", default=None,
+                        help="where the benchmark's data lives under its usual name (mbpp.jsonl, ds1000.jsonl.gz, "
+                             "spider/, multipl_e/; docs/guides/evaluation.md)")
+    parser.add_argument("--cache-dir", default=None,
+                        help=f"where fetched data is kept (default: ${fetch.CACHE_ENV}, else ~/.cache/easylemur/eval)")
     parser.add_argument("-k", default="1", help="comma-separated k of pass@k (default 1)")
     parser.add_argument("--n", type=int, default=None, help="samples per problem (default: the largest k)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
@@ -163,6 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ks = _checked(args)
     out = _out_dir(args.out, args.force)
     one_line_per_record()
+    fetch.use_cache_dir(args.cache_dir)
     sandbox = Sandbox(timeout=args.timeout, memory_bytes=args.memory_mb << 20, unsafe_no_sandbox=args.unsafe_no_sandbox)
     sandbox.check()  # refuse before spending time on generation
     task = _task(args)

@@ -20,6 +20,7 @@ from typing import Iterator, Optional, Sequence
 from easylemur.errors import InputError, add_debug_flag
 from easylemur.eval.api import one_line_per_record
 from easylemur.eval.backends.access import open_model
+from easylemur.eval.benchmarks import fetch
 from easylemur.eval.runs import suite
 from easylemur.eval.runs.suite import load_suite, run_suite, suite_sandbox
 from easylemur.eval.runs.table import incomplete, write_tables
@@ -86,9 +87,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="where the code and agent rows' data live under their usual names: mbpp.jsonl, "
                              "ds1000.jsonl.gz, spider/, multipl_e/, mint/, intercode/, HumanEval.jsonl.gz (each "
                              "benchmark's published files, docs/guides/evaluation.md; lm-eval rows read Hugging Face's "
-                             "cache instead)")
+                             "cache instead); what is not there comes from the cache, else is fetched into it")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
                         help="one task's (or benchmark's) data, e.g. --data spider=~/spider (repeatable)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="where data without a local copy is fetched to and found again (default: "
+                             f"${fetch.CACHE_ENV}, else ~/.cache/easylemur/eval; python -m easylemur.eval fetch fills it)")
     parser.add_argument("--model", default="", help="model id sent to --endpoint (default: the first of /v1/models)")
     parser.add_argument("--tokenizer", default="",
                         help="--endpoint: the model's HF tokenizer (a dir or hub name) for lm-eval's loglikelihood rows")
@@ -160,6 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     one_line_per_record()
+    fetch.use_cache_dir(args.cache_dir)
     sandbox = suite_sandbox(spec, names, args)  # refused or skipped before the model loads
     access = open_model(args)
     scored = [n for n in names if spec["tasks"][n]["kind"] != "mean"]

@@ -31,7 +31,7 @@ from easylemur.eval.agent.episode import run_episodes, success_rates
 from easylemur.eval.api import Progress, parse_ks, write_jsonl
 from easylemur.eval.backends.access import ModelAccess
 from easylemur.eval.backends.client import EndpointError, EndpointLost
-from easylemur.eval.benchmarks import registry
+from easylemur.eval.benchmarks import fetch, registry
 from easylemur.eval.runs.scoring import score
 from easylemur.eval.runs.table import mean_row
 from easylemur.eval.sandbox import Sandbox, SandboxUnavailable, thread_map
@@ -115,11 +115,12 @@ def benchmark_name(spec: dict) -> str:
 
 def _task_of(name: str, spec: dict, args: Any) -> Any:
     """The task object of a code or agent row, its data found by --data NAME=PATH (the row's
-    name or its benchmark's), the row's own `data`, or the usual names under --data-dir."""
+    name or its benchmark's), the row's own `data`, the usual names under --data-dir, or the
+    cache, where it is fetched when it is not there yet (`benchmarks/fetch.py`)."""
     bench = benchmark_name(spec)
     keys = (name, bench, spec["benchmark"], *registry.lookup(bench)[0].data)  # MINT's rows: also --data mint=DIR
     explicit = next((args.data_map[k] for k in keys if k in args.data_map), None)
-    data = registry.find_data(bench, explicit or spec.get("data"), args.data_dir)
+    data = fetch.find_data(bench, explicit or spec.get("data"), args.data_dir, getattr(args, "cache_dir", None))
     task = registry.build(bench, data, spec.get("prompt_format", "base"))
     if getattr(args, "sql_timeout", None) is not None and hasattr(task, "query_seconds"):  # Spider, the SQL agent
         from easylemur.eval.benchmarks.spider.sql import query_budget
@@ -303,7 +304,7 @@ def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, san
         difference = "MariaDB (InterCode: MySQL 8)"
     else:
         spider = args.data_map.get("spider") or spec.get("spider_data")
-        spider = registry.find_data("spider", spider, args.data_dir)
+        spider = fetch.find_data("spider", spider, args.data_dir, getattr(args, "cache_dir", None))
         records = run(SqliteEngine(spider, sandbox, workers=args.workers or 1, statement_seconds=seconds))
         difference = "SQLite: no SHOW/DESCRIBE, SQLite's types and messages (InterCode: MySQL 8)"
     seconds_run = time.perf_counter() - t
