@@ -378,7 +378,12 @@ class Guard:
         if not stale:
             return
         for p, (value, changed) in sorted(self._peers.items()):
-            if value != "done" and now - changed > self.heartbeat:
+            # a worker's beat is read through the coordinator's store: while the store does not
+            # answer (a stopped coordinator), every beat stands still, and only the silence seen
+            # before that is the worker's own (under load, a worker whose beat had lagged was named
+            # instead of the coordinator)
+            seen = now if p == 0 else min(now, self._last_ok)
+            if value != "done" and seen - changed > self.heartbeat:
                 seen = f"; its last beat: step {value.split()[1]} {value.split()[2]}" if value.count(" ") == 2 else ""
                 who = "the coordinator, " if p == 0 else ""
                 self.lost(p, f"{who}no heartbeat for {now - changed:.0f} s: killed, stalled or unreachable{seen}",
