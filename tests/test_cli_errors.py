@@ -136,30 +136,33 @@ def test_workdir_that_is_a_file_is_bad_input_naming_it(tmp_path):
     assert f.read_text() == "not a workdir\n"
 
 
-def test_a_mistyped_data_path_is_one_line_before_any_hub_call_or_workdir(tmp_path, monkeypatch):
+def test_a_mistyped_data_path_is_one_line_before_any_hub_call_or_workdir(tmp_path, monkeypatch, capsys):
     """A local-looking path that does not exist (relative beside an existing folder, with a data
-    file's extension, absolute) is one line naming the key, exit 2, no workdir left; a Hub name
+    file's extension, absolute, ./) is one line naming the key, exit 2, no workdir left; a Hub name
     that cannot be reached (the Hub's address pointed at a closed port here) is one line too,
-    instead of a minute of the datasets library's retries."""
+    instead of a minute of the datasets library's retries. In-process: the train CLI's own main."""
+    from easylemur.errors import run_cli
+    from easylemur.train.loop import main as train_main
+
+    monkeypatch.chdir(ROOT)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    offline = {**env(1), "EASYLEMUR_MALLOC": "default"}
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def train(path: str) -> str:
+        rc = run_cli(train_main, ["--config", "configs/tiny_pretrain.py", f"--config.workdir={tmp_path / 'run'}",
+                                  f"--config.data.sources.code.path={path}"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+        assert not (tmp_path / "run").exists()
+        return err.strip()
+
     for path in ["data/nope", "data/nope.jsonl", str(tmp_path / "nope"), "./nope"]:
-        p = subprocess.run([sys.executable, "-m", "easylemur.train", "--config", "configs/tiny_pretrain.py",
-                            f"--config.workdir={tmp_path / 'run'}", f"--config.data.sources.code.path={path}"],
-                           cwd=ROOT, env=offline, capture_output=True, timeout=120)
-        line = error_line(p, 2)
+        line = train(path)
         assert line == f"error: data.sources.code.path: {path}: no such file or directory (and not a hub dataset " \
                        "name like 'org/name')", line
-        assert not (tmp_path / "run").exists()
-    p = subprocess.run([sys.executable, "-m", "easylemur.train", "--config", "configs/tiny_pretrain.py",
-                        f"--config.workdir={tmp_path / 'run'}", "--config.data.sources.code.path=bigcode/nope"],
-                       cwd=ROOT, env=offline, capture_output=True, timeout=120)
-    line = error_line(p, 2)
+    line = train("bigcode/nope")
     assert line.startswith("error: data.sources.code.path: bigcode/nope: cannot reach the Hub ("), line
-    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
