@@ -200,6 +200,12 @@ def test_config_reference_describes_every_key():
     assert not missing, f"keys without a comment in easylemur/config/schema.py: {', '.join(missing)}"
     import easylemur.config.schema as schema
 
+    import dataclasses
+
+    from easylemur.model.config import LlamaConfig
+
+    fields = reference.field_comments(LlamaConfig)  # model.<field>: config keys too
+    assert not [f.name for f in dataclasses.fields(LlamaConfig) if not fields.get(f.name, "").strip()]
     per_source = reference.dict_comments(schema, "SOURCE_DEFAULTS")
     assert set(per_source) == set(schema.SOURCE_DEFAULTS)
     assert not [k for k, v in per_source.items() if not v.strip()]

@@ -24,20 +24,20 @@ ATTENTION_IMPLS = ("auto", "dense", "blockwise", "splash", "flash", "cudnn")
 
 @dataclasses.dataclass(frozen=True)
 class LlamaConfig:
-    vocab_size: int = 32000
-    hidden_size: int = 4096
-    intermediate_size: int = 11008
-    num_layers: int = 32
-    num_heads: int = 32
-    num_kv_heads: int = 32
+    vocab_size: int = 32000  # embedding rows (the tokenizer's pieces, grown for ChatML tokens when added)
+    hidden_size: int = 4096  # the residual stream's width (d_model)
+    intermediate_size: int = 11008  # the SwiGLU MLP's inner width (gate/up_proj out, down_proj in)
+    num_layers: int = 32  # decoder blocks (HF num_hidden_layers)
+    num_heads: int = 32  # query heads (HF num_attention_heads)
+    num_kv_heads: int = 32  # key/value heads: fewer than num_heads is grouped-query attention (HF num_key_value_heads)
     head_dim: Optional[int] = None  # None: hidden_size // num_heads
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5  # RMSNorm's epsilon, added to the mean square before the root
+    rope_theta: float = 10000.0  # RoPE's base: each pair of dimensions turns at theta^(-2i/head_dim) per position
     # HF rope_scaling as a tuple of (key, value) pairs (hashable), e.g.
     # (("rope_type", "llama3"), ("factor", 8.0), ...); None for plain RoPE.
     rope_scaling: Optional[tuple] = None
-    max_position_embeddings: int = 4096
-    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 4096  # the context: data.seq_len and prompt + generation must fit in it
+    tie_word_embeddings: bool = False  # True: the logits use the embedding transposed (no lm_head)
     # the HF family the weights came from and go back to (convert/families.py): "llama",
     # "qwen2" or "mistral"; the model reads only what it changes, the two fields below
     family: str = "llama"
@@ -46,11 +46,11 @@ class LlamaConfig:
     # nothing; easylemur does not implement windowed attention (Llama refuses longer rows)
     sliding_window: Optional[int] = None
     bos_token_id: Optional[int] = 1  # None: the source declares none (a BOS-less tokenizer)
-    eos_token_id: int = 2
+    eos_token_id: int = 2  # the end-of-sequence id documents end with and generation stops at
     # compute / storage
     dtype: str = "float32"  # activations and matmul inputs; matmuls accumulate in float32
-    param_dtype: str = "float32"
-    scan_layers: bool = False
+    param_dtype: str = "float32"  # how parameters and optimizer state are stored (float32 | bfloat16)
+    scan_layers: bool = False  # True: the blocks as one jax.lax.scan (one compiled block; faster compiles of deep models)
     remat: str = "none"  # one of REMAT_POLICIES
     # one of ATTENTION_IMPLS (docs/design.md, "Attention"): "dense" (one [T, T] score matrix
     # per head), "blockwise" (query blocks of attn_block_size under remat), "splash" (the Pallas
@@ -59,7 +59,7 @@ class LlamaConfig:
     # bf16/fp16), "auto" (splash on TPU, cudnn on GPU where it applies, flash on CPU, else
     # blockwise when attn_block_size splits the row, dense for a row of one block)
     attention: str = "auto"
-    attn_block_size: int = 512
+    attn_block_size: int = 512  # blockwise / splash attention's tile of queries and keys
 
     def __post_init__(self):
         if isinstance(self.rope_scaling, dict):
