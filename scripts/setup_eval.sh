@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that MultiPL-E's languages need to run in the evaluation sandbox
-# (easylemur/eval/benchmarks/multipl_e/languages.py), bubblewrap itself, and MariaDB for InterCode-SQL.
+# (easylemur/eval/benchmarks/multipl_e/languages.py), bubblewrap itself, MariaDB for InterCode-SQL and
+# InterCode-Bash's tools.
 # Idempotent: a tool or file already present is skipped. Without apt-get, or when an install fails, it
 # prints one line and goes on; the tests that need the missing tool are then skipped, with the reason.
 set -uo pipefail
@@ -28,4 +29,13 @@ apt_install perl perl
 apt_install /usr/share/perl5/Test/Deep.pm libtest-deep-perl
 # InterCode-SQL's engine (easylemur/eval/benchmarks/intercode_sql/server.py): a private MariaDB server per run
 apt_install /usr/sbin/mariadbd mariadb-server
+# InterCode-Bash (easylemur/eval/benchmarks/intercode_bash/): git for its machines and reward, and the tools of
+# InterCode's nl2bash image its gold commands use (a task whose tool is missing is skipped)
+apt_install git git
+apt_install tree tree
+apt_install cal ncal
+apt_install column bsdextrautils
+apt_install cpio cpio
+apt_install jq jq
+apt_install pstree psmisc
 exit 0

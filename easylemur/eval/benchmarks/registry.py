@@ -76,6 +76,9 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("intercode_sql", AGENT, f"{_B}.intercode_sql.task:build", ("intercode",), fetched=_INTERCODE,
               title="InterCode-SQL", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
               in_training=False),  # a MariaDB server per run: `eval suite` only
+    Benchmark("intercode_bash", AGENT, f"{_B}.intercode_bash.task:build", ("intercode",), fetched=_INTERCODE,
+              title="InterCode-Bash", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
+              in_training=False),  # two machines (root file systems) per episode: `eval suite` only
     Benchmark("robocodegen", SINGLE_TURN, f"{_B}.robocodegen.task:single_turn", ("google-research", "code_as_policies"),
               fetched=_CAP, title="RoboCodeGen", data_hint=_CAP_HINT),
     Benchmark("robocodegen_agent", AGENT, f"{_B}.robocodegen.task:agent", ("google-research", "code_as_policies"),

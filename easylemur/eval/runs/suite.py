@@ -319,7 +319,62 @@ def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, san
             "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
 
 
+def run_intercode_bash(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any,
+                       out: Path) -> dict:
+    """InterCode-Bash by InterCode's protocol (`benchmarks/intercode_bash/`): each task's file system
+    built from InterCode's Dockerfile and setup script into a root of the sandbox, a fresh copy per
+    episode; 10 turns, dialogue limit 7, InterCode's reward after every action; success is a
+    reward of 1. Tasks the sandbox cannot run (the network, a tool the host lacks) are skipped and
+    counted. The episodes go to OUT/<row>/ic_bash_multiturn_<turns>_turns_nl2bash_fs_<N>.json in
+    InterCode's own format, one file per file system as InterCode's runner writes them."""
+    from easylemur.eval.benchmarks.intercode_bash.protocol import DIALOGUE_LIMIT, MAX_TOKENS, TURNS, mean_reward, \
+        run_budget, success_rate
+    from easylemur.eval.benchmarks.intercode_bash.task import on_path
+
+    if sandbox.check() == "none":
+        raise Skip("InterCode-Bash's machines need bubblewrap (their file systems are the sandbox's /); "
+                   "--unsafe-no-sandbox cannot give them")
+    if not on_path("git"):
+        raise Skip("InterCode-Bash's reward reads `git status` of each machine: install git (apt-get install -y git)")
+    turns = int(getattr(args, "turns", None) or spec.get("turns", TURNS))
+    limit = int(spec.get("dialogue_limit", DIALOGUE_LIMIT))
+    policy = str(spec.get("policy", "lemur"))
+    if policy not in ("lemur", "chat"):
+        raise InputError(f"task {name!r}: policy must be lemur (the fork's hf_chat, Lemur's rows) or chat (GPT-3.5's)")
+    max_tokens = int(spec.get("max_tokens", MAX_TOKENS))
+    skipped: dict[str, int] = {}
+    runnable = []
+    for p in task.problems:
+        why = task.skip_reason(p)
+        if why:
+            skipped[why] = skipped.get(why, 0) + 1
+        else:
+            runnable.append(p)
+    if not runnable:
+        raise Skip(f"every task needs what the sandbox cannot give ({'; '.join(skipped)})")
+    task.problems = runnable
+
+    def chat(messages: list, stop: Sequence[str]) -> str:
+        return access.client.chat(messages, max_tokens=max_tokens, temperature=0.0, seed=args.seed, stop=stop)
+
+    t = time.perf_counter()
+    with _progress(name, "played", len(runnable), "episodes") as progress:
+        records = run_budget(task, chat, sandbox, turns, dialogue_limit=limit, policy=policy,
+                             concurrency=args.concurrency, progress=progress)
+    seconds_run = time.perf_counter() - t
+    for fs in sorted({r["easylemur"]["fs"] for r in records}):
+        (out / f"ic_bash_multiturn_{turns}_turns_nl2bash_fs_{fs}.json").write_text(
+            json.dumps({str(r["task_id"]): r for r in records if r["easylemur"]["fs"] == fs}, indent=2, default=str))
+    rate = success_rate(records)
+    return {"score": rate, "metric": f"success@{turns}", f"success@{turns}": rate, "mean_max_reward": mean_reward(records),
+            "n": len(records), "turns": turns, "dialogue_limit": limit, "policy": policy, "skipped_problems": skipped,
+            "errors": sum(bool(r["easylemur"].get("errors") or r["easylemur"].get("blocked")) for r in records),
+            **lost_fields(sum(bool(lost_reason(r)) for r in records), len(records)),
+            "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
+
+
 def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
+    from easylemur.eval.benchmarks.intercode_bash.task import InterCodeBashTask
     from easylemur.eval.benchmarks.intercode_sql.task import InterCodeSqlTask
     from easylemur.eval.benchmarks.mint.tasks import MintTask
 
@@ -327,6 +382,8 @@ def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sa
         return run_mint(name, spec, task, access, sandbox, args, out)
     if isinstance(task, InterCodeSqlTask):
         return run_intercode_sql(name, spec, task, access, sandbox, args, out)
+    if isinstance(task, InterCodeBashTask):
+        return run_intercode_bash(name, spec, task, access, sandbox, args, out)
     turns = int(spec.get("turns", 5))
     feedback = str(spec.get("feedback", "exec"))
     max_tokens = int(spec.get("max_tokens", args.max_tokens))

@@ -1,0 +1,181 @@
+"""InterCode's nl2bash machines, built as its Dockerfile builds them, into a root file system of
+the sandbox (`sandbox.RootFS`) instead of a Docker image.
+
+`docker/nl2bash.Dockerfile` is read instruction by instruction: its `ENV` lines set the
+variables (and the machine's environment, as an image's ENV does), its `COPY` lines copy the
+repository's files into the root (the build context is the repository; `../docker/x` is
+`docker/x` there), its `RUN` lines run in the sandbox as `/bin/sh -c LINE` in the `WORKDIR`
+(Docker's shell form), each of them required to exit 0, as `docker build` requires. The
+`apt-get install` line is not run: its packages are what the machine is meant to have; the
+sandbox gives the host's /usr instead, and the tasks that need a tool of those packages the host
+lacks are skipped (`task.py`). The Dockerfile builds file system 1 as written
+(`ENV file_system_version=1`); file system N is built with N there, as the data's README pairs
+`nl2bash_fs_N.json` with `setup_nl2b_fs_N.sh`. So the machine is the setup script's file system
+committed to git at `/` with InterCode's `.gitignore`, which is what its reward diffs against.
+
+What an Ubuntu image has at `/` beside that and no script makes is made here, empty: `root`
+(0700), `home`, `tmp` (1777), `var/tmp`, `mnt`, `opt`, `srv`, `media`, `run`, `boot`, and an
+`/etc` that holds only `passwd` and `group` naming root (and nobody), so that owners show as
+root, as in the container. Commands run with the image's environment: its ENV variables, Docker's
+PATH, HOME=/root, TERM=xterm (the container has a tty), and no LANG (the C locale).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+import shlex
+from typing import Optional
+
+from easylemur.errors import RunError
+from easylemur.eval.benchmarks.intercode_bash.files import DOCKERFILE
+from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles
+from easylemur.eval.sandbox import Sandbox
+from easylemur.eval.sandbox.rootfs import Command, RootFS
+
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # Docker's default PATH (Ubuntu's image)
+HOSTNAME = "intercode"
+FS_VARIABLE = "file_system_version"
+BUILD_SECONDS = 120.0  # a RUN step's time limit
+SKELETON = (("root", 0o700), ("home", 0o755), ("tmp", 0o1777), ("var", 0o755), ("var/tmp", 0o1777), ("mnt", 0o755),
+            ("opt", 0o755), ("srv", 0o755), ("media", 0o755), ("run", 0o755), ("boot", 0o755), ("etc", 0o755))
+ETC = {"etc/passwd": b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+       "etc/group": b"root:x:0:\nnogroup:x:65534:\n"}
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    kind: str  # "RUN", "COPY", "ENV", "WORKDIR"
+    args: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Dockerfile:
+    steps: tuple
+    packages: tuple  # what its apt-get install line installs
+
+
+def _lines(text: str) -> list[str]:
+    """The instructions: comments and blank lines dropped, `\\`-continued lines joined."""
+    out, cur = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not cur and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            cur += line[:-1] + " "
+            continue
+        out.append(cur + line)
+        cur = ""
+    if cur.strip():
+        out.append(cur)
+    return out
+
+
+def parse_dockerfile(text: str, where: str) -> Dockerfile:
+    steps, packages = [], ()
+    for line in _lines(text):
+        keyword, _, rest = line.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        if keyword == "FROM":
+            continue
+        if keyword == "RUN":
+            if "apt-get" in rest:
+                words = rest.split()
+                if "install" in words:
+                    tail = words[words.index("install") + 1:]
+                    packages = tuple(w for w in tail[:tail.index("&&")] if not w.startswith("-")) if "&&" in tail else \
+                        tuple(w for w in tail if not w.startswith("-"))
+                continue
+            steps.append(Step("RUN", (rest,)))
+        elif keyword == "ENV":
+            if "=" in rest.split()[0]:
+                for pair in shlex.split(rest):
+                    key, _, value = pair.partition("=")
+                    steps.append(Step("ENV", (key, value)))
+            else:
+                key, _, value = rest.partition(" ")
+                steps.append(Step("ENV", (key, value.strip())))
+        elif keyword == "COPY":
+            words = rest.split()
+            if len(words) != 2:
+                raise PublishedFilesError(f"{where}: COPY {rest!r}: this reader takes one source and one destination")
+            steps.append(Step("COPY", tuple(words)))
+        elif keyword == "WORKDIR":
+            steps.append(Step("WORKDIR", (rest,)))
+        else:
+            raise PublishedFilesError(f"{where}: {keyword} {rest!r}: an instruction this reader does not run")
+    if not packages:
+        raise PublishedFilesError(f"{where}: no apt-get install line (the pinned commit has one)")
+    return Dockerfile(tuple(steps), packages)
+
+
+def _substitute(text: str, env: dict) -> str:
+    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), text)
+
+
+@dataclasses.dataclass
+class Image:
+    """One nl2bash machine: `template` is its root, never run in after the build (each episode
+    copies it); `env` the environment of its commands; `packages` what its Dockerfile installs."""
+
+    fs: int
+    template: RootFS
+    env: tuple
+    packages: tuple
+
+    def close(self) -> None:
+        self.template.close()
+
+
+def _run_steps(root: RootFS, runs: list, where: str) -> None:
+    if not runs:
+        return
+    results = root.run([Command(("/bin/sh", "-c", line), cwd=workdir, env=tuple(env.items()), timeout=BUILD_SECONDS)
+                        for line, workdir, env in runs])
+    for (line, _, _), r in zip(runs, results):
+        if r.exit_status != 0:
+            tail = r.output.decode("utf-8", "replace")[-600:]
+            raise RunError(f"building InterCode's machine from {where}: RUN {line!r} "
+                           f"{'exited with status %s' % r.exit_status if r.exit_status is not None else r.failure}"
+                           f": {tail}")
+    runs.clear()
+
+
+def build_image(files: RepoFiles, fs: int, sandbox: Sandbox, parent: Optional[str] = None) -> Image:
+    """File system `fs` as InterCode's Dockerfile and setup script build it (see the module)."""
+    where = files.where(DOCKERFILE)
+    docker = parse_dockerfile(files.text(DOCKERFILE), where)
+    root = RootFS(sandbox, None, parent=parent, hostname=HOSTNAME)
+    try:
+        for rel, mode in SKELETON:
+            root.mkdir(rel, mode)
+        for rel, data in ETC.items():
+            root.write(rel, data)
+        env = {"PATH": PATH, "HOME": "/root"}
+        image_env: dict = {}
+        workdir, runs = "/", []
+        for step in docker.steps:
+            if step.kind == "ENV":
+                key, value = step.args
+                value = str(fs) if key == FS_VARIABLE else _substitute(value, env)
+                env[key] = image_env[key] = value
+            elif step.kind == "WORKDIR":
+                workdir = posixpath.join(workdir, _substitute(step.args[0], env))
+            elif step.kind == "RUN":
+                runs.append((step.args[0], workdir, dict(env)))
+            else:
+                _run_steps(root, runs, where)
+                src = posixpath.normpath("/" + _substitute(step.args[0], env)).lstrip("/")
+                dest = _substitute(step.args[1], env)
+                dest = posixpath.join(dest, posixpath.basename(src)) if dest.endswith("/") else dest
+                # the repository's files are 0644 (git's 100644), as COPY keeps them
+                root.write(posixpath.join(workdir, dest), files.path(src).read_bytes(), 0o644)
+        _run_steps(root, runs, where)
+    except BaseException:
+        root.close()
+        raise
+    env = {"PATH": PATH, "HOSTNAME": HOSTNAME, "TERM": "xterm", **image_env, "HOME": "/root"}
+    return Image(fs, root, tuple(env.items()), docker.packages)
