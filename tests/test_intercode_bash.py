@@ -100,6 +100,33 @@ def test_texts_tasks_and_skips(task, monkeypatch):
     assert row.kind == registry.AGENT and not row.in_training and row.fetched
 
 
+def test_fetched_file_by_file_into_the_cache(task, tmp_path, monkeypatch):
+    """Without a copy, every file the tasks and the machines' builds read is fetched at the pinned commit."""
+    import functools
+    import http.server
+    import threading
+
+    from easylemur.eval.benchmarks.intercode_sql.files import COMMIT
+
+    shutil.copytree(task.files.root, tmp_path / "site" / COMMIT)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "site"))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("EASYLEMUR_INTERCODE_URL", f"http://127.0.0.1:{httpd.server_address[1]}")
+        monkeypatch.setenv("EASYLEMUR_INTERCODE_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setattr(task_module, "FILE_SYSTEMS", (1, 4))  # the miniature's two
+        fetched = registry.build("intercode_bash", None)
+        assert len(fetched.problems) == 8 and fetched.texts.setting == "Bourne Shell"
+        for rel in ("docker/bash_scripts/setup_nl2b_fs_1.sh", "docker/bash_scripts/setup_nl2b_fs_4.sh",
+                    "docker/docker.gitignore", "intercode/envs/bash/bash_env.py"):
+            assert (tmp_path / "cache" / rel).is_file(), rel
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 # Each (reply, command) was checked against bash_parser of Lemur's fork of InterCode
 # (experiments/utils/utils.py); None: it raises ValueError there (the runner's "blocked").
 PARSES = [

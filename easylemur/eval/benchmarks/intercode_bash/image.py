@@ -144,35 +144,48 @@ def _run_steps(root: RootFS, runs: list, where: str) -> None:
     runs.clear()
 
 
+def plan(docker: Dockerfile, fs: int) -> tuple[list, dict]:
+    """The Dockerfile's steps for file system `fs` with its variables put in: ("RUN", line, workdir,
+    environment) and ("COPY", repository path, path under the root); and the image's ENV."""
+    env = {"PATH": PATH, "HOME": "/root"}
+    image_env: dict = {}
+    workdir, steps = "/", []
+    for step in docker.steps:
+        if step.kind == "ENV":
+            key, value = step.args
+            value = str(fs) if key == FS_VARIABLE else _substitute(value, env)
+            env[key] = image_env[key] = value
+        elif step.kind == "WORKDIR":
+            workdir = posixpath.join(workdir, _substitute(step.args[0], env))
+        elif step.kind == "RUN":
+            steps.append(("RUN", step.args[0], workdir, dict(env)))
+        else:
+            src = posixpath.normpath("/" + _substitute(step.args[0], env)).lstrip("/")
+            dest = _substitute(step.args[1], env)
+            dest = posixpath.join(dest, posixpath.basename(src)) if dest.endswith("/") else dest
+            steps.append(("COPY", src, posixpath.join(workdir, dest)))
+    return steps, image_env
+
+
 def build_image(files: RepoFiles, fs: int, sandbox: Sandbox, parent: Optional[str] = None) -> Image:
     """File system `fs` as InterCode's Dockerfile and setup script build it (see the module)."""
     where = files.where(DOCKERFILE)
     docker = parse_dockerfile(files.text(DOCKERFILE), where)
+    steps, image_env = plan(docker, fs)
     root = RootFS(sandbox, None, parent=parent, hostname=HOSTNAME)
     try:
         for rel, mode in SKELETON:
             root.mkdir(rel, mode)
         for rel, data in ETC.items():
             root.write(rel, data)
-        env = {"PATH": PATH, "HOME": "/root"}
-        image_env: dict = {}
-        workdir, runs = "/", []
-        for step in docker.steps:
-            if step.kind == "ENV":
-                key, value = step.args
-                value = str(fs) if key == FS_VARIABLE else _substitute(value, env)
-                env[key] = image_env[key] = value
-            elif step.kind == "WORKDIR":
-                workdir = posixpath.join(workdir, _substitute(step.args[0], env))
-            elif step.kind == "RUN":
-                runs.append((step.args[0], workdir, dict(env)))
+        runs: list = []
+        for step in steps:
+            if step[0] == "RUN":
+                runs.append(step[1:])
             else:
                 _run_steps(root, runs, where)
-                src = posixpath.normpath("/" + _substitute(step.args[0], env)).lstrip("/")
-                dest = _substitute(step.args[1], env)
-                dest = posixpath.join(dest, posixpath.basename(src)) if dest.endswith("/") else dest
                 # the repository's files are 0644 (git's 100644), as COPY keeps them
-                root.write(posixpath.join(workdir, dest), files.path(src).read_bytes(), 0o644)
+                root.write(step[2], files.path(step[1]).read_bytes(), 0o644)
         _run_steps(root, runs, where)
     except BaseException:
         root.close()

@@ -18,7 +18,7 @@ import re
 from typing import Any, Optional
 
 from easylemur.eval.benchmarks.intercode_bash.files import DOCKERFILE, FILE_SYSTEMS, INTERCODE, tasks_file
-from easylemur.eval.benchmarks.intercode_bash.image import PATH, parse_dockerfile
+from easylemur.eval.benchmarks.intercode_bash.image import PATH, parse_dockerfile, plan
 from easylemur.eval.benchmarks.intercode_bash.texts import load_texts
 from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles
 
@@ -78,6 +78,9 @@ class InterCodeBashTask:
         self.problems: list[Any] = []
         for fs in file_systems or FILE_SYSTEMS:
             self.problems += _problems(files.text(tasks_file(fs)), files.where(tasks_file(fs)), fs)
+            for step in plan(self.dockerfile, fs)[0]:  # what its build copies (fetched now, when this copy is the cache)
+                if step[0] == "COPY":
+                    files.path(step[1])
         self.skipped: list = []
 
     def dataset(self, fs: int) -> str:
