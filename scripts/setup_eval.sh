@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that MultiPL-E's languages need to run in the evaluation sandbox
 # (easylemur/eval/benchmarks/multipl_e/languages.py), bubblewrap itself, MariaDB for InterCode-SQL and
-# InterCode-Bash's tools.
+# InterCode-Bash's and -CTF's tools.
 # Idempotent: a tool or file already present is skipped. Without apt-get, or when an install fails, it
 # prints one line and goes on; the tests that need the missing tool are then skipped, with the reason.
 set -uo pipefail
@@ -38,4 +38,11 @@ apt_install column bsdextrautils
 apt_install cpio cpio
 apt_install jq jq
 apt_install pstree psmisc
+# InterCode-CTF's tools (its image's sleuthkit, netcat, unzip, gdb, poppler-utils, and pycryptodome as Debian packages it)
+apt_install srch_strings sleuthkit
+apt_install nc netcat-openbsd
+apt_install unzip unzip
+apt_install gdb gdb
+apt_install pdftotext poppler-utils
+apt_install /usr/lib/python3/dist-packages/Cryptodome python3-pycryptodome
 exit 0

@@ -1,7 +1,7 @@
 """InterCode-Bash (easylemur/eval/benchmarks/intercode_bash/) and the root file systems it runs on
 (easylemur/eval/sandbox/rootfs.py), on a miniature of InterCode's repository (tests/intercode_fixture/:
-its Dockerfile, .gitignore and two setup scripts, eight task rows, bash_env.py whole, excerpts of
-the rest): the texts read from its files, the skips, the parser against InterCode's bash_parser's
+its nl2bash Dockerfile, .gitignore and two setup scripts, eight task rows, bash_env.py whole,
+excerpts of the rest): the texts read from its files, the skips, the parser against InterCode's bash_parser's
 answers, the TF-IDF similarity against scikit-learn's; file system 1 built by its setup script;
 known-good and known-wrong trajectories scored by easylemur and by InterCode's own BashEnv (its
 file, run on containers that are easylemur's machines); an agent that cannot reach the gold
@@ -35,19 +35,10 @@ from easylemur.eval.benchmarks.intercode_bash.task import InterCodeBashTask
 from easylemur.eval.benchmarks.published import RepoFiles
 from easylemur.eval.sandbox import Sandbox
 from easylemur.eval.sandbox.rootfs import Command, RootFS
+from intercode_copy import write_copy
 
-FIXTURE = Path(__file__).parent / "intercode_fixture"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None,
                                  reason="bubblewrap (bwrap) or git is not installed")
-
-
-def write_copy(dest: Path) -> Path:
-    """The miniature as a copy of the repository: NAME.py.txt back to NAME.py, and data/sql/."""
-    shutil.copytree(FIXTURE, dest)
-    for p in list(dest.rglob("*.py.txt")):
-        p.rename(p.with_suffix(""))
-    (dest / "data" / "sql").mkdir(parents=True)
-    return dest
 
 
 @pytest.fixture(scope="module")

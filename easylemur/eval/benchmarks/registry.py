@@ -79,6 +79,10 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("intercode_bash", AGENT, f"{_B}.intercode_bash.task:build", ("intercode",), fetched=_INTERCODE,
               title="InterCode-Bash", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
               in_training=False),  # two machines (root file systems) per episode: `eval suite` only
+    Benchmark("intercode_ctf", AGENT, f"{_B}.intercode_ctf.task:build", ("intercode",), fetched=_INTERCODE,
+              title="InterCode-CTF", data_hint="a clone of Lemur's fork of InterCode (github.com/OpenLemur/intercode): "
+                                               "its data/ctf/task_assets/ folder cannot be fetched file by file",
+              in_training=False),  # a machine (root file system) per episode: `eval suite` only
     Benchmark("robocodegen", SINGLE_TURN, f"{_B}.robocodegen.task:single_turn", ("google-research", "code_as_policies"),
               fetched=_CAP, title="RoboCodeGen", data_hint=_CAP_HINT),
     Benchmark("robocodegen_agent", AGENT, f"{_B}.robocodegen.task:agent", ("google-research", "code_as_policies"),

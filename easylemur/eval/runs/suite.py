@@ -319,29 +319,46 @@ def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, san
             "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
 
 
-def run_intercode_bash(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any,
-                       out: Path) -> dict:
-    """InterCode-Bash by InterCode's protocol (`benchmarks/intercode_bash/`): each task's file system
-    built from InterCode's Dockerfile and setup script into a root of the sandbox, a fresh copy per
-    episode; 10 turns, dialogue limit 7, InterCode's reward after every action; success is a
-    reward of 1. Tasks the sandbox cannot run (the network, a tool the host lacks) are skipped and
-    counted. The episodes go to OUT/<row>/ic_bash_multiturn_<turns>_turns_nl2bash_fs_<N>.json in
-    InterCode's own format, one file per file system as InterCode's runner writes them."""
-    from easylemur.eval.benchmarks.intercode_bash.protocol import DIALOGUE_LIMIT, MAX_TOKENS, TURNS, mean_reward, \
-        run_budget, success_rate
-    from easylemur.eval.benchmarks.intercode_bash.task import on_path
+def run_intercode_shell(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any,
+                        out: Path) -> dict:
+    """InterCode-Bash and InterCode-CTF by InterCode's protocol (`benchmarks/intercode_bash/`,
+    `benchmarks/intercode_ctf/`): each task's machine built from InterCode's Dockerfile (and, for
+    Bash, its setup script) into a root of the sandbox, fresh per episode; 10 turns, dialogue limit
+    7; Bash: InterCode's reward after every action, CTF: the submitted flag; success is a reward of
+    1. Tasks the sandbox cannot run (the network, a tool the host lacks) are skipped and counted. The
+    episodes go to OUT/<row>/ in InterCode's own format: ic_bash_multiturn_<turns>_turns_nl2bash_fs_<N>.json
+    (one file per file system, as InterCode's runner writes them) or ic_ctf_multiturn_<turns>_turns.json."""
+    import dataclasses
 
+    from easylemur.eval.benchmarks.intercode_bash import protocol as bash
+    from easylemur.eval.benchmarks.intercode_bash.image import folder_files
+    from easylemur.eval.benchmarks.intercode_bash.task import on_path
+    from easylemur.eval.benchmarks.intercode_ctf import protocol as ctf_protocol
+    from easylemur.eval.benchmarks.intercode_ctf.files import ASSETS
+    from easylemur.eval.benchmarks.intercode_ctf.task import InterCodeCtfTask
+    from easylemur.eval.benchmarks.published import PublishedFilesError
+
+    ctf = isinstance(task, InterCodeCtfTask)
+    proto: Any = ctf_protocol if ctf else bash
+    what = "InterCode-CTF" if ctf else "InterCode-Bash"
     if sandbox.check() == "none":
-        raise Skip("InterCode-Bash's machines need bubblewrap (their file systems are the sandbox's /); "
+        raise Skip(f"{what}'s machines need bubblewrap (their file systems are the sandbox's /); "
                    "--unsafe-no-sandbox cannot give them")
     if not on_path("git"):
-        raise Skip("InterCode-Bash's reward reads `git status` of each machine: install git (apt-get install -y git)")
-    turns = int(getattr(args, "turns", None) or spec.get("turns", TURNS))
-    limit = int(spec.get("dialogue_limit", DIALOGUE_LIMIT))
+        raise Skip(f"{what}'s machines are built with git (and Bash's reward reads `git status`): install git "
+                   "(apt-get install -y git)")
+    if ctf:
+        try:
+            folder_files(task.files, ASSETS)
+        except PublishedFilesError as e:
+            raise Skip(f"InterCode-CTF's task files: {e}") from None
+        sandbox = dataclasses.replace(sandbox, file_bytes=max(sandbox.file_bytes, 1 << 30))  # disk images, archives
+    turns = int(getattr(args, "turns", None) or spec.get("turns", proto.TURNS))
+    limit = int(spec.get("dialogue_limit", proto.DIALOGUE_LIMIT))
     policy = str(spec.get("policy", "lemur"))
     if policy not in ("lemur", "chat"):
         raise InputError(f"task {name!r}: policy must be lemur (the fork's hf_chat, Lemur's rows) or chat (GPT-3.5's)")
-    max_tokens = int(spec.get("max_tokens", MAX_TOKENS))
+    max_tokens = int(spec.get("max_tokens", proto.MAX_TOKENS))
     skipped: dict[str, int] = {}
     runnable = []
     for p in task.problems:
@@ -354,20 +371,26 @@ def run_intercode_bash(name: str, spec: dict, task: Any, access: ModelAccess, sa
         raise Skip(f"every task needs what the sandbox cannot give ({'; '.join(skipped)})")
     task.problems = runnable
 
-    def chat(messages: list, stop: Sequence[str]) -> str:
-        return access.client.chat(messages, max_tokens=max_tokens, temperature=0.0, seed=args.seed, stop=stop)
+    def model(prompt: Any, stop: Sequence[str]) -> str:
+        """A text (CTF's fork: the ChatML text and "Action:") is completed; messages are chatted with."""
+        if isinstance(prompt, str):
+            return access.client.complete(prompt, max_tokens=max_tokens, temperature=0.0, seed=args.seed, stop=stop)
+        return access.client.chat(prompt, max_tokens=max_tokens, temperature=0.0, seed=args.seed, stop=stop)
 
     t = time.perf_counter()
     with _progress(name, "played", len(runnable), "episodes") as progress:
-        records = run_budget(task, chat, sandbox, turns, dialogue_limit=limit, policy=policy,
-                             concurrency=args.concurrency, progress=progress)
+        records = proto.run_budget(task, model, sandbox, turns, dialogue_limit=limit, policy=policy,
+                                   concurrency=args.concurrency, progress=progress)
     seconds_run = time.perf_counter() - t
-    for fs in sorted({r["easylemur"]["fs"] for r in records}):
-        (out / f"ic_bash_multiturn_{turns}_turns_nl2bash_fs_{fs}.json").write_text(
-            json.dumps({str(r["task_id"]): r for r in records if r["easylemur"]["fs"] == fs}, indent=2, default=str))
-    rate = success_rate(records)
-    return {"score": rate, "metric": f"success@{turns}", f"success@{turns}": rate, "mean_max_reward": mean_reward(records),
-            "n": len(records), "turns": turns, "dialogue_limit": limit, "policy": policy, "skipped_problems": skipped,
+    logs = {f"ic_ctf_multiturn_{turns}_turns.json": records} if ctf else {
+        f"ic_bash_multiturn_{turns}_turns_nl2bash_fs_{fs}.json": [r for r in records if r["easylemur"]["fs"] == fs]
+        for fs in sorted({r["easylemur"]["fs"] for r in records})}
+    for file_name, part in logs.items():
+        (out / file_name).write_text(json.dumps({str(r["task_id"]): r for r in part}, indent=2, default=str))
+    rate = proto.success_rate(records)
+    return {"score": rate, "metric": f"success@{turns}", f"success@{turns}": rate,
+            "mean_max_reward": proto.mean_reward(records), "n": len(records), "turns": turns, "dialogue_limit": limit,
+            "policy": policy, "skipped_problems": skipped,
             "errors": sum(bool(r["easylemur"].get("errors") or r["easylemur"].get("blocked")) for r in records),
             **lost_fields(sum(bool(lost_reason(r)) for r in records), len(records)),
             "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
@@ -375,6 +398,7 @@ def run_intercode_bash(name: str, spec: dict, task: Any, access: ModelAccess, sa
 
 def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
     from easylemur.eval.benchmarks.intercode_bash.task import InterCodeBashTask
+    from easylemur.eval.benchmarks.intercode_ctf.task import InterCodeCtfTask
     from easylemur.eval.benchmarks.intercode_sql.task import InterCodeSqlTask
     from easylemur.eval.benchmarks.mint.tasks import MintTask
 
@@ -382,8 +406,8 @@ def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sa
         return run_mint(name, spec, task, access, sandbox, args, out)
     if isinstance(task, InterCodeSqlTask):
         return run_intercode_sql(name, spec, task, access, sandbox, args, out)
-    if isinstance(task, InterCodeBashTask):
-        return run_intercode_bash(name, spec, task, access, sandbox, args, out)
+    if isinstance(task, (InterCodeBashTask, InterCodeCtfTask)):
+        return run_intercode_shell(name, spec, task, access, sandbox, args, out)
     turns = int(spec.get("turns", 5))
     feedback = str(spec.get("feedback", "exec"))
     max_tokens = int(spec.get("max_tokens", args.max_tokens))

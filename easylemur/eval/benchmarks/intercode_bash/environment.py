@@ -25,7 +25,7 @@ observation with the gold command's output.
 from __future__ import annotations
 
 import shlex
-from typing import Optional
+from typing import Any, Optional
 
 from easylemur.eval.benchmarks.intercode_bash.image import HOSTNAME, Image
 from easylemur.eval.benchmarks.intercode_bash.reward import CHECKED, hashed_with_md5sum, parse_status, reward
@@ -55,46 +55,46 @@ def simplify_path(current: str, changed: str) -> str:
     return "/" + "/".join(path)
 
 
-class BashEnvironment:
-    """The agent's machine and the gold command's, for one task (see the module). `observation`
-    is the agent's last observation, the task's query before any action (as InterCode's reset
-    leaves it); `workdir` its working directory."""
+class Shell:
+    """The agent's machine (`agent`, a RootFS) driven as BashEnv.exec_action drives its container
+    (see the module): `observation` is its last observation (`query` before any action, as
+    InterCode's reset leaves it), `workdir` its working directory. `command_line(action)` is the
+    command line the container is given (BashEnv.clean_cmd; InterCode-CTF's differs); `after()`
+    the commands run in the same sandbox after each action, whose results go to `took(results)`."""
 
-    def __init__(self, image: Image, texts: BashTexts, sandbox: Sandbox, query: str, gold: str, *,
-                 gold_seconds: float = GOLD_SECONDS, max_bytes: int = 256 << 20):
-        self.image, self.texts, self.sandbox, self.gold = image, texts, sandbox, gold
-        self.gold_seconds = float(gold_seconds)
-        self.max_bytes = int(max_bytes)
+    def __init__(self, agent: RootFS, env: tuple, texts: Any, query: str, max_bytes: int):
+        self.agent, self.env, self.texts, self.max_bytes = agent, env, texts, int(max_bytes)
         self.observation: str = query
         self.workdir = "/"
         self.cut = False  # an observation past OUTPUT_BYTES was cut
-        self.agent = RootFS(sandbox, image.template.path, hostname=HOSTNAME, max_bytes=max_bytes)
-        self._status: Optional[str] = None  # the agent's git status since its last action
-        self._gold: Optional[dict] = None
-        self._gold_hashes: dict[str, bytes] = {}
+
+    def command_line(self, action: str) -> str:
+        return self.texts.clean_cmd(action)
+
+    def after(self) -> list[Command]:
+        return []
+
+    def took(self, results: list[ShellResult]) -> None:
+        pass
 
     def _command(self, argv: list, cwd: str = "/", timeout: Optional[float] = None) -> Command:
-        return Command(tuple(argv), cwd=cwd, env=self.image.env, timeout=float(timeout or self.texts.timeout),
+        return Command(tuple(argv), cwd=cwd, env=self.env, timeout=float(timeout or self.texts.timeout),
                        output_bytes=OUTPUT_BYTES)
 
-    def _status_command(self) -> Command:
-        return self._command(shlex.split(self.texts.clean_cmd(self.texts.status_script)), timeout=INSPECT_SECONDS)
-
     def execute(self, action: str) -> tuple[str, bool]:
-        """Runs one action on the agent's machine: (observation, executed). Its git status is
-        taken in the same sandbox, after it."""
+        """Runs one action on the agent's machine: (observation, executed)."""
         is_cd = action.startswith("cd")
         new_path = ""
         try:
             if is_cd:
                 new_path = simplify_path(self.workdir, action[action.index("cd ") + 3:].strip())
                 action = f"cd {new_path}"
-            argv = shlex.split(self.texts.clean_cmd(action))
+            argv = shlex.split(self.command_line(action))
         except ValueError:  # "cdx" (InterCode's runner stopped there), or quotes shlex cannot pair
             self.observation = self.texts.malformed
             return self.observation, False
-        run, status = self.agent.run([self._command(argv, "/" if is_cd else self.workdir), self._status_command()])
-        self._status = self._text(status)
+        run, *rest = self.agent.run([self._command(argv, "/" if is_cd else self.workdir), *self.after()])
+        self.took(rest)
         if run.timed_out:
             self.observation, executed = self.texts.timed_out, False
         elif run.exit_status is None and run.failure.startswith("chdir"):
@@ -112,6 +112,29 @@ class BashEnvironment:
     def too_big(self) -> bool:
         """Whether the agent's machine grew past max_bytes (the episode then ends)."""
         return self.agent.size() > self.max_bytes
+
+
+class BashEnvironment(Shell):
+    """The agent's machine and the gold command's, for one task (see the module)."""
+
+    def __init__(self, image: Image, texts: BashTexts, sandbox: Sandbox, query: str, gold: str, *,
+                 gold_seconds: float = GOLD_SECONDS, max_bytes: int = 256 << 20):
+        super().__init__(RootFS(sandbox, image.template.path, hostname=HOSTNAME, max_bytes=max_bytes), image.env,
+                         texts, query, max_bytes)
+        self.image, self.sandbox, self.gold = image, sandbox, gold
+        self.gold_seconds = float(gold_seconds)
+        self._status: Optional[str] = None  # the agent's git status since its last action
+        self._gold: Optional[dict] = None
+        self._gold_hashes: dict[str, bytes] = {}
+
+    def _status_command(self) -> Command:
+        return self._command(shlex.split(self.texts.clean_cmd(self.texts.status_script)), timeout=INSPECT_SECONDS)
+
+    def after(self) -> list[Command]:
+        return [self._status_command()]  # the git status, taken in the same sandbox after the action
+
+    def took(self, results: list[ShellResult]) -> None:
+        self._status = self._text(results[0])
 
     @staticmethod
     def _text(result: ShellResult) -> str:

@@ -45,59 +45,109 @@ MAX_TOKENS = 512  # the fork's HFChat and InterCode's ChatGPT call: 512 new toke
 TURNS = 10  # Lemur's fork, scripts/expr_nl2bash.sh: --max_turns 10 --dialogue_limit 7 --template v2
 DIALOGUE_LIMIT = 7
 
-__all__ = ["POLICIES", "Images", "play", "run_budget", "success_rate", "mean_reward"]
+__all__ = ["POLICIES", "Dialogue", "Images", "play", "run_budget", "success_rate", "mean_reward"]
+
+
+class Dialogue:
+    """The policy's side of an InterCode episode (Bash's and CTF's): the messages as the fork's
+    HFChatPolicy (`lemur`) or InterCode's ChatGPTPolicy (`chat`) keeps them. `next_user(observe,
+    observation)` adds the turn's user message (the template and the query first; then
+    `observe(observation cut to the policy's response_limit)`), keeping the first two and the last
+    `limit` messages; `ask(model, prompt, turn)` sends the prompt, and returns the reply, or None
+    when the episode ends there (a request lost after every retry; InterCode's "blocked" for `chat`);
+    the fork's HFChat answered "" for an endpoint error, so `lemur` goes on with ""."""
+
+    def __init__(self, texts: Any, query: str, policy: str, limit: Optional[int]):
+        if policy not in POLICIES:
+            raise ValueError(f"policy {policy!r}: expected one of {', '.join(POLICIES)}")
+        self.texts, self.query, self.limit, self.lemur = texts, query, limit, policy == "lemur"
+        self.messages: list = [] if self.lemur else [{"role": "system", "content": texts.init_msg}]
+        self.stops = texts.hf_stops if self.lemur else ()
+        self.cut = texts.response_limit if self.lemur else texts.chat_response_limit
+        self.history: dict = {"actions": [], "observations": [], "rewards": [], "valid_action": []}
+        self.extra: dict = {"policy": policy}
+
+    def next_user(self, observe: Callable[[Any], str], observation: Any) -> None:
+        t = self.texts
+        if self.lemur and not self.messages:
+            self.messages += [{"role": "system", "content": t.hf_system},
+                              {"role": "user", "content": t.init_msg + t.hf_separator + t.query_msg(self.query)}]
+        elif not self.lemur and self.messages[-1]["role"] == "system":
+            self.messages.append({"role": "user", "content": t.query_msg(self.query)})
+        else:
+            shown = observation[:self.cut] if isinstance(observation, str) and len(observation) > self.cut else observation
+            self.messages.append({"role": "user", "content": observe(shown)})
+            if self.limit and len(self.messages) - 2 > self.limit:
+                self.messages = self.messages[:2] + self.messages[-self.limit:]
+
+    def ask(self, model: Callable, prompt: Any, turn: int) -> Optional[str]:
+        try:
+            return model(prompt, self.stops)
+        except EndpointLost as e:  # no answer after every retry: the episode is lost, never scored
+            self.extra["lost"] = f"turn {turn + 1}: {e}"
+            self.end("lost")
+            return None
+        except Exception as e:  # noqa: BLE001
+            self.extra.setdefault("errors", []).append(f"turn {turn + 1}: {type(e).__name__}: {e}")
+            if not self.lemur:  # InterCode's "blocked": the episode ends with reward 0
+                self.end("blocked")
+                return None
+            return ""
+
+    def end(self, why: str) -> None:
+        self.history["actions"].append(why)
+        self.history["rewards"].append(0)
+
+    def log(self, action: str, observation: Any, reward: Any, valid: bool) -> None:
+        for key, value in (("actions", action), ("observations", str(observation)), ("rewards", reward),
+                           ("valid_action", valid)):
+            self.history[key].append(value)
+
+    def over(self, env: Any, action: str, reward: Any, turn: int) -> bool:
+        """Whether the episode ends after this turn: the machine past its size cap, a reward of 1,
+        or "skip" in any case (the runner's `action.lower() == "skip"`)."""
+        if env.too_big():
+            self.extra["ended"] = f"turn {turn + 1}: the machine grew past {env.max_bytes >> 20} MiB"
+            return True
+        return reward == 1 or action.lower() == "skip"
+
+    def record(self, env_name: str, dataset: str, task_id: int, turn: int, turns: int, env: Any) -> dict:
+        """InterCode's log entry of the episode."""
+        if getattr(env, "cut", False):
+            self.extra["output_cut"] = True
+        best = max(self.history["rewards"])
+        return {"environment": env_name, "dataset": dataset, "task_id": task_id, "query": self.query,
+                "turn_history": self.history,
+                "summary": {"max_reward": best, "max_reward_idx": self.history["rewards"].index(best),
+                            "turns_taken": turn + 1, "turns_max": turns},
+                "easylemur": self.extra}
 
 
 def play(task: InterCodeBashTask, p: BashProblem, chat: Chat, env: BashEnvironment, *, turns: int = TURNS,
          dialogue_limit: Optional[int] = DIALOGUE_LIMIT, policy: str = "lemur") -> dict:
     """One episode on `env` (the task's machines), InterCode's log entry."""
     t = task.texts
-    if policy not in POLICIES:
-        raise ValueError(f"policy {policy!r}: expected one of {', '.join(POLICIES)}")
-    lemur = policy == "lemur"
-    dialogue: list = [] if lemur else [{"role": "system", "content": t.init_msg}]
-    stops = t.hf_stops if lemur else ()
-    limit = t.response_limit if lemur else t.chat_response_limit
-    history: dict = {"actions": [], "observations": [], "rewards": [], "valid_action": []}
-    extra: dict = {"policy": policy, "fs": p.fs, "reward_parts": []}
+    d = Dialogue(t, p.query, policy, dialogue_limit)
+    d.extra.update({"fs": p.fs, "reward_parts": []})
     observation: Any = None
     reward: Any = None
     turn = 0
     for turn in range(turns):
-        if lemur and not dialogue:
-            dialogue += [{"role": "system", "content": t.hf_system},
-                         {"role": "user", "content": t.init_msg + t.hf_separator + t.query_msg(p.query)}]
-        elif not lemur and dialogue[-1]["role"] == "system":
-            dialogue.append({"role": "user", "content": t.query_msg(p.query)})
-        else:
-            shown = observation[:limit] if isinstance(observation, str) and len(observation) > limit else observation
-            dialogue.append({"role": "user", "content": t.obs_msg(shown, reward, p.query)})
-            if dialogue_limit and len(dialogue) - 2 > dialogue_limit:
-                dialogue = dialogue[:2] + dialogue[-dialogue_limit:]
-        sent = [{"role": m["role"], "content": m["content"] + ("\n" if lemur else "")} for m in dialogue]
-        try:
-            reply = chat(sent, stops)
-        except EndpointLost as e:  # no answer after every retry: the episode is lost, never scored
-            extra["lost"] = f"turn {turn + 1}: {e}"
-            history["actions"].append("lost")
-            history["rewards"].append(0)
+        d.next_user(lambda shown: t.obs_msg(shown, reward, p.query), observation)
+        # the fork encoded each message as ChatML with a newline before <|im_end|>: sent so, a ChatML
+        # chat template renders the fork's text
+        reply = d.ask(chat, [{"role": m["role"], "content": m["content"] + ("\n" if d.lemur else "")}
+                             for m in d.messages], turn)
+        if reply is None:
             break
-        except Exception as e:  # noqa: BLE001
-            extra.setdefault("errors", []).append(f"turn {turn + 1}: {type(e).__name__}: {e}")
-            if not lemur:  # InterCode's "blocked": the episode ends with reward 0
-                history["actions"].append("blocked")
-                history["rewards"].append(0)
-                break
-            reply = ""  # the fork's HFChat answers "" when the endpoint fails
-        reply = cut_at_stops(reply, stops).strip() if lemur else reply.replace("\n", " ").strip()
+        reply = cut_at_stops(reply, d.stops).strip() if d.lemur else reply.replace("\n", " ").strip()
         try:
             action = parse_action(reply)
         except ValueError as e:  # the runner catches the parser's ValueError: "blocked"
-            extra["blocked"] = f"turn {turn + 1}: {e}"
-            history["actions"].append("blocked")
-            history["rewards"].append(0)
+            d.extra["blocked"] = f"turn {turn + 1}: {e}"
+            d.end("blocked")
             break
-        dialogue.append({"role": "assistant", "content": t.fenced(action) if lemur else action})
+        d.messages.append({"role": "assistant", "content": t.fenced(action) if d.lemur else action})
         if action == "skip":
             observation, valid = "skipped", True
         elif action.startswith("submit"):
@@ -105,27 +155,13 @@ def play(task: InterCodeBashTask, p: BashProblem, chat: Chat, env: BashEnvironme
         else:
             observation, valid = env.execute(action)
         reward, info = env.reward()
-        extra["reward_parts"].append(info["reward"])
-        history["actions"].append(action)
-        history["observations"].append(str(observation))
-        history["rewards"].append(reward)
-        history["valid_action"].append(valid)
-        if env.too_big():
-            extra["ended"] = f"turn {turn + 1}: the machine grew past {env.max_bytes >> 20} MiB"
-            break
-        if reward == 1 or action.lower() == "skip":
+        d.extra["reward_parts"].append(info["reward"])
+        d.log(action, observation, reward, valid)
+        if d.over(env, action, reward, turn):
             break
     if env.corrupt_gold():
-        extra["corrupt_gold"] = env.corrupt_gold()
-    if env.cut:
-        extra["output_cut"] = True
-    best = max(history["rewards"])
-    record = {"environment": t.env_name, "dataset": task.dataset(p.fs), "task_id": p.index, "query": p.query,
-              "turn_history": history,
-              "summary": {"max_reward": best, "max_reward_idx": history["rewards"].index(best),
-                          "turns_taken": turn + 1, "turns_max": turns}}
-    record["easylemur"] = extra
-    return record
+        d.extra["corrupt_gold"] = env.corrupt_gold()
+    return d.record(t.env_name, task.dataset(p.fs), p.index, turn, turns, env)
 
 
 class Images:

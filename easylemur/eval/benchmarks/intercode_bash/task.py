@@ -18,7 +18,7 @@ import re
 from typing import Any, Optional
 
 from easylemur.eval.benchmarks.intercode_bash.files import DOCKERFILE, FILE_SYSTEMS, INTERCODE, tasks_file
-from easylemur.eval.benchmarks.intercode_bash.image import PATH, parse_dockerfile, plan
+from easylemur.eval.benchmarks.intercode_bash.image import FS_VARIABLE, PATH, parse_dockerfile, plan
 from easylemur.eval.benchmarks.intercode_bash.texts import load_texts
 from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles
 
@@ -45,15 +45,20 @@ class BashProblem:
     gold: str
 
 
-def _problems(text: str, where: str, fs: int) -> list[BashProblem]:
+def task_rows(text: str, where: str) -> list:
+    """A task file's rows: a JSON list (a PublishedFilesError naming the file otherwise)."""
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
         raise PublishedFilesError(f"{where}:{e.lineno}: not JSON ({e.msg})") from None
     if not isinstance(rows, list):
         raise PublishedFilesError(f"{where}: expected a JSON list of tasks")
+    return rows
+
+
+def _problems(text: str, where: str, fs: int) -> list[BashProblem]:
     out = []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(task_rows(text, where)):
         if not isinstance(row, dict) or not isinstance(row.get("query"), str) or "gold" not in row:
             raise PublishedFilesError(f"{where}: task {i} lacks its query or gold command")
         gold = row["gold"] if isinstance(row["gold"], str) else ";".join(row["gold"])  # BashEnv joins a list
@@ -64,6 +69,16 @@ def _problems(text: str, where: str, fs: int) -> list[BashProblem]:
 def on_path(command: str) -> bool:
     """Whether the machine's PATH (the host's directories, bound into the sandbox) has `command`."""
     return any(os.access(os.path.join(d, command), os.X_OK) for d in PATH.split(":"))
+
+
+def missing_tools(words: set, packages: tuple, table: dict) -> Optional[str]:
+    """Why a task whose text has `words` cannot run here: the commands among them of the image's
+    `packages` (their commands by `table`) the host lacks; None when there are none."""
+    missing = [(c, pkg) for pkg in packages for c in table.get(pkg, ()) if c in words and not on_path(c)]
+    if not missing:
+        return None
+    return "needs " + ", ".join(f"{c} (package {pkg})" for c, pkg in missing) + \
+        ", which InterCode's image installs and this host lacks (scripts/setup_eval.sh installs it)"
 
 
 class InterCodeBashTask:
@@ -78,8 +93,8 @@ class InterCodeBashTask:
         self.problems: list[Any] = []
         for fs in file_systems or FILE_SYSTEMS:
             self.problems += _problems(files.text(tasks_file(fs)), files.where(tasks_file(fs)), fs)
-            for step in plan(self.dockerfile, fs)[0]:  # what its build copies (fetched now, when this copy is the cache)
-                if step[0] == "COPY":
+            for step in plan(self.dockerfile, {FS_VARIABLE: str(fs)})[0]:
+                if step[0] == "COPY":  # what its build copies, fetched now when this copy is the cache
                     files.path(step[1])
         self.skipped: list = []
 
@@ -93,12 +108,7 @@ class InterCodeBashTask:
         net = [w for w in NETWORK if w in words]
         if net:
             return f"needs the network ({', '.join(net)}), which the sandbox does not have"
-        missing = [(c, pkg) for pkg in self.dockerfile.packages for c in PACKAGE_COMMANDS.get(pkg, ())
-                   if c in words and not on_path(c)]
-        if missing:
-            return "needs " + ", ".join(f"{c} (package {pkg})" for c, pkg in missing) + \
-                ", which InterCode's image installs and this host lacks (scripts/setup_eval.sh installs it)"
-        return None
+        return missing_tools(words, self.dockerfile.packages, PACKAGE_COMMANDS)
 
 
 def build(data: Optional[str], variant: str = "", prompt_format: str = "base") -> Any:

@@ -113,6 +113,16 @@ def _template_v2(tree: ast.Module, where: str, me: dict) -> tuple[str, ast.Joine
             no_output[0])
 
 
+def setting_of(runner: ast.Module, where: str, env: str) -> tuple[str, str, dict]:
+    """(language, setting, the template's `self` names) of InterCode's --env `env`: the policies'
+    language is env upper-cased, the setting SETTING_MAP's of experiments/eval_n_turn.py."""
+    settings = assigned(runner, where, "", "SETTING_MAP")
+    if not isinstance(settings, dict) or env not in settings:
+        raise PublishedFilesError(f"{where}: SETTING_MAP has no {env!r}")
+    language, setting = env.upper(), settings[env]
+    return language, setting, {"self.language": language, "self.setting": setting}
+
+
 @functools.lru_cache(maxsize=8)
 def _load(root: str, url: str) -> BashTexts:
     files = RepoFiles(INTERCODE, Path(root), url or None)
@@ -121,11 +131,7 @@ def _load(root: str, url: str) -> BashTexts:
     policies, pol_at = files.tree(POLICIES)
     env, e_at = files.tree(BASH_ENV)
     ic_utils, i_at = files.tree(IC_UTILS)
-    settings = assigned(runner, r_at, "", "SETTING_MAP")
-    if not isinstance(settings, dict) or ENV not in settings:
-        raise PublishedFilesError(f"{r_at}: SETTING_MAP has no {ENV!r}")
-    language, setting = ENV.upper(), settings[ENV]
-    me = {"self.language": language, "self.setting": setting}
+    language, setting, me = setting_of(runner, r_at, ENV)
     init, query_node, obs_node, no_output = _template_v2(prompts, p_at, me)
     shells = assigned(env, e_at, "", "IMAGE_TO_SETTINGS")
     if not isinstance(shells, dict) or IMAGE not in shells:
