@@ -99,9 +99,9 @@ def test_machine_and_episodes(task, sandbox):
         assert env.workdir == "/ctf/5" and env.observation == ""  # preprocess_ctf's cd ran
         looks, ok = env.execute("ls -A; ls /ctf; find / -name solution -not -path '/proc/*' 2>/dev/null; "
                                 "grep -rl -e not_too_bad -e ic_ctf / --exclude-dir=proc --exclude-dir=usr "
-                                "--exclude-dir=sys --exclude-dir=dev 2>/dev/null; git -C / ls-files")
+                                "--exclude-dir=sys --exclude-dir=dev 2>/dev/null; git -C / ls-files | grep -v '^lib'")
         # the task's own files; no solution, no task file, no flag anywhere (it is compared on the host)
-        assert ok and looks.splitlines() == ["rot13.py", "5", ".gitignore", "ctf/5/rot13.py", "lib64"]
+        assert ok and looks.splitlines() == ["rot13.py", "5", ".gitignore", "ctf/5/rot13.py"]
         assert env.execute("python3 -c \"print('a' 'b')\"") == ("ab\n", True)  # handed over as it is
         assert env.execute("echo 'it''s'; cd ..; pwd") == ("its\n/ctf\n", True) and env.workdir == "/ctf/5"
     finally:
