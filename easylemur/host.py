@@ -36,11 +36,11 @@ def tpu_device_nodes() -> bool:
 
 def runs_on_cpu(environ: Mapping[str, str]) -> bool:
     """Whether JAX will compute on this host's CPU: JAX_PLATFORMS says so, or it is unset and
-    the host has no TPU or NVIDIA device nodes."""
+    the host has no TPU, NVIDIA or AMD (ROCm's /dev/kfd) device nodes."""
     platforms = environ.get("JAX_PLATFORMS", "")
     if platforms:
         return platforms.split(",")[0].strip() == "cpu"
-    return not (tpu_device_nodes() or glob.glob("/dev/nvidia[0-9]*"))
+    return not (tpu_device_nodes() or glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
 
 
 def _glibc_version() -> tuple[int, int]:
