@@ -143,10 +143,3 @@ def checkout_runs_untouched():
     changed = sorted(set(before) ^ set(after) | {p for p in before if p in after and before[p] != after[p]})
     assert not changed, f"tests wrote under {ROOT / 'runs'}: {changed[:5]}"
 
-
-def pytest_collection_modifyitems(config, items):
-    """The longest tests first: the whole user flows (e2e), then the other slow ones. With two
-    xdist workers, a 100 s flow collected last (tests/test_tour.py sorts last) kept the other worker
-    idle at the end of the suite; started first, the short tests fill in around them. A stable
-    sort: every worker collects the same order, as xdist requires."""
-    items.sort(key=lambda item: (item.get_closest_marker("e2e") is None, item.get_closest_marker("slow") is None))

@@ -235,28 +235,14 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_a_stopped_worker_and_a_hung_data_read_end_the_pod(pod_run, monkeypatch):
+def test_a_stopped_coordinator_and_a_hung_data_read_end_the_pod(pod_run, monkeypatch):
     workdir, pods = pod_run
     quick(monkeypatch)
 
-    # 1. a worker stopped (SIGSTOP): the others name it; continued, it leaves too
-    pods.append(pod := LocalPod(workdir, overrides=O))
-    pod.wait_until(lambda: pod.steps_done() >= 2)
-    pod.procs[1].send_signal(signal.SIGSTOP)
-    stopped = time.monotonic()
-    pod.wait_until(lambda: all(i in pod.ended for i in (0, 2, 3)))
-    ended_within(pod, stopped, LOST_BOUND, (0, 2, 3))
-    for i in (0, 2, 3):
-        assert pod.error_line(i).startswith("error: lost process 1 of 4 ("), pod.error_line(i)
-        assert "no heartbeat" in pod.error_line(i)
-    pod.procs[1].send_signal(signal.SIGCONT)
-    continued = time.monotonic()
-    assert pod.wait() == [75, 75, 75, 75]
-    ended_within(pod, continued, 5, (1,))
-    assert "stalled" in pod.error_line(1) or "coordinator" in pod.error_line(1), pod.error_line(1)
-
-    # 1b. the coordinator stopped: the workers name it; continued, it finds itself stalled and leaves
-    # at once (its peers gave up on it), and the launch has one fault record (process 1's)
+    # 1. the coordinator stopped (SIGSTOP): the workers name it; continued, it finds itself stalled
+    # and leaves at once (its peers gave up on it), and the launch has one fault record (process
+    # 1's). A stopped worker takes the same path (the test of JAX's abort below stops one; the
+    # stalled process's own exit is the same code)
     pods.append(pod := LocalPod(workdir, overrides=O))
     pod.wait_until(lambda: pod.steps_done() >= 1)
     pod.procs[0].send_signal(signal.SIGSTOP)
@@ -291,7 +277,7 @@ def test_a_stopped_worker_and_a_hung_data_read_end_the_pod(pod_run, monkeypatch)
     assert f"step {hang_at} data" in pod.error_line(3)
     events = [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
     faults = [e for e in events if e["event"] == "fault"]
-    assert [e["cause"] for e in faults] == ["lost", "lost", "hang"] and "stacks" in faults[-1]
+    assert [e["cause"] for e in faults] == ["lost", "hang"] and "stacks" in faults[-1]
     assert not (workdir / "run.lock").exists()  # released before os._exit
 
 

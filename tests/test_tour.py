@@ -121,7 +121,7 @@ def test_the_readme_quick_start_and_tour_run_as_written(tmp_path):
     venv_bin = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH")}
     env.update(PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}", HOME=str(tmp_path / "home"),
-               PYTHONPATH=str(ROOT), EASYLEMUR_CPU_PEAK_FLOPS="1e11")
+               PYTHONPATH=str(ROOT), EASYLEMUR_CPU_PEAK_FLOPS="1e11", EASYLEMUR_MALLOC="default")
     (tmp_path / "home").mkdir()
     quick_start(tour, env)  # the tour's runs go on from the demo's (steps 4 -> 6)
     ran, skipped = [], []
