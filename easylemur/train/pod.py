@@ -264,7 +264,8 @@ class Guard:
         aborting thread takes the GIL) turns that into this module's line and exit code. Our own
         beats end a worker's loss earlier than JAX's heartbeat (`jax_heartbeat_seconds`), so the
         abort usually means the coordinator; where JAX came first (a setting a user forced), the
-        peer whose beat is stalest is named, and the detection time is its silence."""
+        task JAX's own message found unhealthy is named (read back from the diverted native log,
+        `native_log.jax_verdict`), and the detection time is its silence here."""
         import ctypes
 
         handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
