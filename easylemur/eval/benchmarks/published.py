@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -25,6 +26,18 @@ from easylemur.eval.benchmarks.fetch import CACHE_ENV, FetchError, download, mir
 
 class PublishedFilesError(InputError):
     """A benchmark's published files are missing, or one does not hold what the pinned commit holds."""
+
+
+def json_list(text: str, where: str) -> list:
+    """A published task file's rows: a JSON list (a PublishedFilesError naming the file and line
+    otherwise), as InterCode's task files are."""
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PublishedFilesError(f"{where}:{e.lineno}: not JSON ({e.msg})") from None
+    if not isinstance(rows, list):
+        raise PublishedFilesError(f"{where}: expected a JSON list of tasks")
+    return rows
 
 
 @dataclasses.dataclass(frozen=True)

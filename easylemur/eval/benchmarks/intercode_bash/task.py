@@ -12,7 +12,6 @@ digits, `_.+-`), so a command named inside a string counts as used."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import Any, Optional
@@ -20,7 +19,7 @@ from typing import Any, Optional
 from easylemur.eval.benchmarks.intercode_bash.files import DOCKERFILE, FILE_SYSTEMS, INTERCODE, tasks_file
 from easylemur.eval.benchmarks.intercode_bash.image import FS_VARIABLE, PATH, parse_dockerfile, plan
 from easylemur.eval.benchmarks.intercode_bash.texts import load_texts
-from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles
+from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles, json_list
 
 NETWORK = ("curl", "wget", "dig", "nslookup", "ping", "host", "nc", "ssh", "telnet", "ftp")
 # The commands of the packages InterCode's nl2bash image installs (Ubuntu's), by package
@@ -45,20 +44,9 @@ class BashProblem:
     gold: str
 
 
-def task_rows(text: str, where: str) -> list:
-    """A task file's rows: a JSON list (a PublishedFilesError naming the file otherwise)."""
-    try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PublishedFilesError(f"{where}:{e.lineno}: not JSON ({e.msg})") from None
-    if not isinstance(rows, list):
-        raise PublishedFilesError(f"{where}: expected a JSON list of tasks")
-    return rows
-
-
 def _problems(text: str, where: str, fs: int) -> list[BashProblem]:
     out = []
-    for i, row in enumerate(task_rows(text, where)):
+    for i, row in enumerate(json_list(text, where)):
         if not isinstance(row, dict) or not isinstance(row.get("query"), str) or "gold" not in row:
             raise PublishedFilesError(f"{where}: task {i} lacks its query or gold command")
         gold = row["gold"] if isinstance(row["gold"], str) else ";".join(row["gold"])  # BashEnv joins a list

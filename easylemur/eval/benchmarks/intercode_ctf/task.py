@@ -14,7 +14,8 @@ import dataclasses
 import re
 from typing import Any, Optional
 
-from easylemur.eval.benchmarks.intercode_bash.task import PACKAGE_COMMANDS, missing_tools, task_rows
+from easylemur.eval.benchmarks.intercode_bash.task import PACKAGE_COMMANDS, missing_tools
+from easylemur.eval.benchmarks.published import json_list
 from easylemur.eval.benchmarks.intercode_bash.image import parse_dockerfile
 from easylemur.eval.benchmarks.intercode_ctf.files import DOCKERFILE, INTERCODE, TASKS
 from easylemur.eval.benchmarks.intercode_ctf.texts import load_texts
@@ -44,7 +45,7 @@ class CtfProblem:
 
 def _problems(text: str, where: str) -> list[CtfProblem]:
     out = []
-    for i, row in enumerate(task_rows(text, where)):
+    for i, row in enumerate(json_list(text, where)):
         if not isinstance(row, dict) or any(not isinstance(row.get(k), str) for k in ("query", "gold")) \
                 or not isinstance(row.get("task_id"), int):
             raise PublishedFilesError(f"{where}: task {i} lacks its task_id, query or flag")

@@ -6,12 +6,11 @@ index there (InterCode's task_id)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 from easylemur.eval.benchmarks.intercode_sql.files import DUMP, INTERCODE, TASKS
-from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles
+from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles, json_list
 from easylemur.eval.benchmarks.intercode_sql.texts import load_texts
 
 
@@ -26,12 +25,7 @@ class IcProblem:
 
 
 def _problems(text: str, where: str) -> list[IcProblem]:
-    try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PublishedFilesError(f"{where}:{e.lineno}: not JSON ({e.msg})") from None
-    if not isinstance(rows, list):
-        raise PublishedFilesError(f"{where}: expected a JSON list of tasks")
+    rows = json_list(text, where)
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or any(k not in row for k in ("query", "gold", "db", "db_tables")):
