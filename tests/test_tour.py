@@ -62,9 +62,11 @@ def adapt(command: str, hf_dir: Path) -> tuple[list[str] | None, str]:
         return [str(hf_dir) if a == "/path/Llama-2-7b-hf" else a for a in argv], "a tiny random HF Llama"
     if argv[:4] == ["python", "-m", "easylemur.eval", "lm-eval"]:
         return None, "HellaSwag's dataset comes from the Hub (tests/test_harness.py runs lm-eval on a local task)"
-    if argv[:4] == ["python", "-m", "easylemur.eval", "humaneval"] or argv[:4] == ["python", "-m", "easylemur.eval",
-                                                                                   "suite"]:
-        return argv + ["--limit", "1"], "one problem per benchmark"
+    if argv[:4] == ["python", "-m", "easylemur.eval", "humaneval"]:
+        return argv + ["--limit", "1"], "one problem"
+    if argv[:4] == ["python", "-m", "easylemur.eval", "suite"]:
+        # every row of the lemur suite on a checkpoint: tests/test_agent.py's end-to-end test
+        return argv + ["--tasks", "humaneval,m_humaneval", "--limit", "1"], "two rows, one problem each"
     return argv, ""
 
 
