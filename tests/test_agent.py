@@ -276,6 +276,9 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     data.mkdir()
     _spider(data)
     write_mint(data / "mint")
+    from alfworld_fixture import write_alfworld  # MINT's ALFWorld games, played by ALFWorld's engine
+
+    write_alfworld(data / "mint")
     from test_intercode_sql import write_intercode  # InterCode's layout, its own tasks and dump
 
     write_intercode(data / "intercode")
@@ -307,7 +310,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((out / "table.json").read_text())["tasks"]
     assert set(rows) == set(lemur["tasks"])
-    for name in ("humaneval", "spider", "m_humaneval", "m_gsm8k", "sql_agent") + (
+    for name in ("humaneval", "spider", "m_humaneval", "m_gsm8k", "m_alfworld", "sql_agent") + (
             ("intercode_sql",) if shutil.which("mariadbd") or os.path.exists("/usr/sbin/mariadbd") else ()):
         assert "score" in rows[name] and 0.0 <= rows[name]["score"] <= 1.0, rows[name]
     for name in ("mmlu", "bbh", "gsm8k"):  # offline: at once, saying how to place a copy of the dataset

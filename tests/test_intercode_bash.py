@@ -88,7 +88,7 @@ def test_texts_tasks_and_skips(task, monkeypatch):
     assert task.skip_reason(problem(task, "fs4/3")).startswith("needs cal (package bsdmainutils)")
     assert task.skip_reason(problem(task, "fs1/0")) is None
     row, _ = registry.lookup("intercode_bash")
-    assert row.kind == registry.AGENT and not row.in_training and row.fetched
+    assert row.kind == registry.AGENT and row.in_training and row.fetched
 
 
 def test_fetched_file_by_file_into_the_cache(task, tmp_path, monkeypatch):
@@ -416,3 +416,24 @@ def test_the_suite_row(task, sandbox, tmp_path, monkeypatch):
     assert sorted(log) == ["0", "1", "2", "3"] and log["1"]["turn_history"]["actions"] == ["ls", "ls"]
     assert log["0"]["summary"]["max_reward"] == 1.0 and log["0"]["environment"] == "ic_bash"
     assert (tmp_path / "intercode_bash" / "ic_bash_multiturn_2_turns_nl2bash_fs_4.json").is_file()
+
+
+@needs_bwrap
+def test_a_training_run_plays_it_as_the_suite_does(task, sandbox, monkeypatch):
+    """eval.tasks=intercode_bash: training's eval (runs/training.py) plays InterCode's runner with
+    Lemur's policy at eval.turns, leaving out and counting what the sandbox cannot run."""
+    from easylemur.config import load_config
+    from easylemur.eval.runs.training import TaskEvals
+
+    load_config("configs/tiny_chat.py", ["eval.tasks=intercode_bash", "eval.every_tasks=2"])  # accepted in training
+    golds = {p.query: p.gold for p in task.problems}
+    monkeypatch.setattr(task_module, "on_path", lambda c: c not in ("cal", "ncal"))
+
+    def chat(messages):  # the run's model: right for every task but the PHP one
+        query = next(q for q in golds if f'"{q}"' in messages[1]["content"])
+        return "```bash\n" + golds[query] + "\n```" if "PHP" not in query else "ls"
+
+    evals = types.SimpleNamespace(sandbox=sandbox, e=types.SimpleNamespace(turns=2, batch_size=2))
+    records, rates = TaskEvals._intercode(evals, task, chat)
+    assert len(records) == 6 and rates["success@2"] == 5 / 6 and rates["skipped_problems"] == 2
+    assert len(task.problems) == 8  # the task itself is left whole for the next eval

@@ -18,7 +18,7 @@ import pytest
 from test_sandbox import _processes_with  # the one /proc scan of the sandbox tests
 
 from easylemur.errors import InputError, RunError
-from easylemur.eval.sandbox import Sandbox, Session
+from easylemur.eval.sandbox import HostTool, Sandbox, Session
 from easylemur.eval.sandbox.box import UID_BASE
 from easylemur.eval.sandbox.session import EXPIRED, NO_OUTPUT, RESTARTED, SESSION_SLOT_BASE, TRUNCATED
 
@@ -122,8 +122,16 @@ def test_tools_are_answered_by_the_host(sandbox):
         assert s.run("broken('x')").rstrip().endswith("RuntimeError: broken failed: ConnectionError: offline")
         assert s.run("wikipedia_search(3)").rstrip().endswith("TypeError: wikipedia_search() takes a str, not int")
         assert asked == ["Lemur"]
-    with pytest.raises(InputError):
-        Session(sandbox, tools={"not a name": wikipedia_search})
+    # a tool of several parameters that formats its arguments into a command (MINT's ALFWorld tools)
+    put = HostTool(lambda obj, recep: f"put {obj} in/on {recep}", ("object", "receptacle"), formats=True)
+    with _session(sandbox, tools={"put": put, "look": HostTool(lambda: "a room", ())}) as s:
+        assert s.run("print(put('mug 1', receptacle=2), look())") == "put mug 1 in/on 2 a room\n"
+        assert "TypeError: put() missing a required argument: 'receptacle'" in s.run("put('mug 1')")
+        assert "TypeError: look() too many positional arguments" in s.run("look('x')")
+    for bad in ({"not a name": wikipedia_search}, {"put": HostTool(put.fn, ("object", "object"))},
+                {"put": HostTool(put.fn, ("class", "x"))}):
+        with pytest.raises(InputError):
+            Session(sandbox, tools=bad)
 
 
 def test_the_interpreter_sees_no_host_files_environment_or_network(sandbox, monkeypatch):

@@ -144,15 +144,18 @@ class LoadedModel:
         Returns the new text of each prompt, cut before the first of the `stop` strings (a
         single string in, a single string out). `opts`: generate()'s temperature, top_k, top_p,
         seed, stop_ids."""
-        tok = self._tok()
         single = isinstance(prompts, str)
         texts = [prompts] if single else list(prompts)
         for i, t in enumerate(texts):
             check_text(t, "prompt" if single else f"prompt {i}")
-        bos = [tok.bos_id] if tok.bos_id is not None else []  # as pre-training documents start
-        enc = tok.transformers_encoder  # as transformers and vLLM encode the text (a directory's tokenizer.json)
-        out = self._decode_texts([bos + enc.encode(t) for t in texts], max_new_tokens, stop, stream, **opts)
+        out = self._decode_texts([self.text_prompt_ids(t) for t in texts], max_new_tokens, stop, stream, **opts)
         return out[0] if single else out
+
+    def text_prompt_ids(self, text: str) -> list[int]:
+        """A text prompt's ids: BOS (as pre-training documents start) + the text as transformers and
+        vLLM encode it (a directory's tokenizer.json)."""
+        tok = self._tok()
+        return ([tok.bos_id] if tok.bos_id is not None else []) + tok.transformers_encoder.encode(text)
 
     def chat(self, conversations: str | Messages | Sequence[Messages], *, max_new_tokens: int = 128,
              assistant_prefix: str = "", stop: Sequence[str] = (), stream: bool = False, **opts) -> str | list[str]:

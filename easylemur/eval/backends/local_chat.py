@@ -22,7 +22,8 @@ GATHER_S = 0.05
 
 
 class LocalChat:
-    """`chat(messages) -> str` for `eval.agent.episode.run_episodes`; `close()` ends the decoding thread."""
+    """`chat(messages) -> str` for `eval.agent.episode.run_episodes` (a str is a text prompt, completed,
+    as an endpoint's /v1/completions does); `close()` ends the decoding thread."""
 
     def __init__(self, model: Any, *, max_tokens: int, temperature: float = 0.0, batch_size: int = 8, seed: int = 0,
                  max_prompt_tokens: int = 0):
@@ -40,8 +41,9 @@ class LocalChat:
         self.thread = threading.Thread(target=self._loop, name="easylemur-local-chat", daemon=True)
         self.thread.start()
 
-    def __call__(self, messages: Sequence[dict]) -> str:
-        ids = self.model.chat_prompt_ids([{"role": m["role"], "content": m["content"]} for m in messages])
+    def __call__(self, messages: "Sequence[dict] | str") -> str:
+        ids = self.model.text_prompt_ids(messages) if isinstance(messages, str) else \
+            self.model.chat_prompt_ids([{"role": m["role"], "content": m["content"]} for m in messages])
         if self.max_prompt_tokens and len(ids) > self.max_prompt_tokens:
             # the conversation outgrew the context: the episode ends as a model that says nothing would
             return ""

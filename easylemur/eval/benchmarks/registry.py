@@ -71,18 +71,18 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
       for folder, title in (("humaneval", "M-HumanEval"), ("mbpp", "M-MBPP"), ("gsm8k", "M-GSM8K"),
                             ("math", "M-MATH"), ("theoremqa", "M-TheoremQA"), ("mmlu", "M-MMLU"),
                             ("hotpotqa", "M-HotpotQA"))),
+    Benchmark("m_alfworld", AGENT, f"{_B}.mint.alfworld:build", ("mint",), fetched=_MINT, title="ALFWorld (MINT)",
+              data_hint="a copy of MINT's repository (github.com/xingyaoww/mint-bench), with data/processed/alfworld/"),
     Benchmark("sql_agent", AGENT, f"{_B}.spider.task:agent", ("spider",), title="SQL agent (Spider, SQLite)",
               data_hint="Spider's release unpacked (yale-lily.github.io/spider: dev.json, tables.json, database/)"),
     Benchmark("intercode_sql", AGENT, f"{_B}.intercode_sql.task:build", ("intercode",), fetched=_INTERCODE,
               title="InterCode-SQL", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
               in_training=False),  # a MariaDB server per run: `eval suite` only
     Benchmark("intercode_bash", AGENT, f"{_B}.intercode_bash.task:build", ("intercode",), fetched=_INTERCODE,
-              title="InterCode-Bash", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)",
-              in_training=False),  # two machines (root file systems) per episode: `eval suite` only
+              title="InterCode-Bash", data_hint="a copy of Lemur's fork of InterCode (github.com/OpenLemur/intercode)"),
     Benchmark("intercode_ctf", AGENT, f"{_B}.intercode_ctf.task:build", ("intercode",), fetched=_INTERCODE,
               title="InterCode-CTF", data_hint="a clone of Lemur's fork of InterCode (github.com/OpenLemur/intercode): "
-                                               "its data/ctf/task_assets/ folder cannot be fetched file by file",
-              in_training=False),  # a machine (root file system) per episode: `eval suite` only
+                                               "its data/ctf/task_assets/ folder cannot be fetched file by file"),
     Benchmark("robocodegen", SINGLE_TURN, f"{_B}.robocodegen.task:single_turn", ("google-research", "code_as_policies"),
               fetched=_CAP, title="RoboCodeGen", data_hint=_CAP_HINT),
     Benchmark("robocodegen_agent", AGENT, f"{_B}.robocodegen.task:agent", ("google-research", "code_as_policies"),

@@ -234,7 +234,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
         tools[task.texts.wikipedia.name] = wikipedia_tool(task.texts.wikipedia, getattr(args, "wikipedia", "online"))
     runs = [turns] if feedback == "llm" or budgets == "one-run" else list(range(1, turns + 1))
     rates: dict[str, float] = {}
-    errors = lost = 0
+    errors = lost = step_limit = 0
     t = time.perf_counter()
     with _progress(name, "played", len(task.problems) * len(runs), "episodes") as progress:
         for k in runs:
@@ -244,6 +244,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
             write_jsonl(out / f"k={k}" / "results.jsonl", records)
             lost += sum(bool(lost_reason(r)) for r in records)
             errors += sum(r["state"]["terminate_reason"] == "error" and not lost_reason(r) for r in records)
+            step_limit += sum(r.get("easylemur", {}).get("won") is False for r in records)
             if budgets == "one-run" and feedback == "none":
                 at = solved_within(records)
                 rates.update({f"success@{i}": at(i) for i in range(1, turns + 1)})
@@ -254,6 +255,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
             "feedback": "llm" if critic else "none", "turns": turns,
             "budgets": "one run" if budgets == "one-run" and feedback == "none" else "a run per budget", "checks": rules,
             "errors": errors, **lost_fields(lost, len(task.problems) * len(runs)),
+            **({"step_limit_successes": step_limit} if task.plays_games else {}),
             "episodes_per_minute": round(60 * len(task.problems) * len(runs) / max(seconds, 1e-9), 2)}
 
 

@@ -30,6 +30,7 @@ tasks run by MINT's protocol (`benchmarks/mint/`) with every k read off one run 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tempfile
 import threading
@@ -201,6 +202,8 @@ class TaskEvals:
                                      concurrency=self.e.batch_size)
                 at = solved_within(records)
                 rates = {f"success@{k}": at(k) for k in range(1, self.e.turns + 1)}
+            elif getattr(task, "intercode_shell", False):  # InterCode-Bash and -CTF: InterCode's runner, Lemur's policy
+                records, rates = self._intercode(task, chat)
             else:
                 episodes = run_episodes(task, chat, task.sized(self.sandbox), concurrency=self.e.batch_size,
                                         turns=self.e.turns, feedback=self.e.feedback)
@@ -217,6 +220,22 @@ class TaskEvals:
                            f"eval/{name}/problems": len(records)})
         print(f"eval {name} at step {step} ({time.perf_counter() - t:.1f}s, feedback {self.e.feedback}): "
               + ", ".join(f"{k} {v:.4f}" for k, v in rates.items()), flush=True)
+
+    def _intercode(self, task: Any, chat: Any) -> tuple[list, dict]:
+        """InterCode-Bash's or -CTF's episodes at eval.turns turns (the protocol's dialogue limit),
+        leaving out the tasks the sandbox cannot run (counted), as the suite's row does."""
+        import importlib
+
+        proto = importlib.import_module(type(task).__module__.rsplit(".", 1)[0] + ".protocol")
+        runnable = [p for p in task.problems if not task.skip_reason(p)]
+        skipped = len(task.problems) - len(runnable)
+        task = copy.copy(task)
+        task.problems = runnable
+        records = proto.run_budget(task, lambda m, stop: cut_at_stops(chat(m), stop), self.sandbox, self.e.turns,
+                                   dialogue_limit=proto.DIALOGUE_LIMIT, policy="lemur", concurrency=self.e.batch_size)
+        rate = proto.success_rate(records)
+        return records, {f"success@{self.e.turns}": rate, "mean_max_reward": proto.mean_reward(records),
+                         "skipped_problems": skipped}
 
     def _lm_eval(self, step: int, model: Any) -> None:
         """lm-evaluation-harness's tasks on these weights, in the run (its scoring programs,

@@ -11,8 +11,8 @@ from easylemur.eval.sandbox.box import Sandbox, SandboxUnavailable
 from easylemur.eval.sandbox.jobs import (JOB_LIBS, LIB_DIR, PASSED, PYTHON, SANDBOX_PATH, TIMED_OUT, Job, Judge,
                                          Program, ProgramResult, new_marker)
 from easylemur.eval.sandbox.pool import NOT_RUN, SlotPool, run_programs, thread_map
-from easylemur.eval.sandbox.session import Session
+from easylemur.eval.sandbox.session import HostTool, Session
 
 __all__ = ["JOB_LIBS", "LIB_DIR", "NOT_RUN", "PASSED", "PYTHON", "SANDBOX_PATH", "TIMED_OUT", "Job", "Judge", "Program",
-           "ProgramResult", "Sandbox", "SandboxUnavailable", "Session", "SlotPool", "importable", "lib_binds",
+           "HostTool", "ProgramResult", "Sandbox", "SandboxUnavailable", "Session", "SlotPool", "importable", "lib_binds",
            "new_marker", "run_programs", "thread_map", "visible"]

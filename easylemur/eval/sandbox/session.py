@@ -12,9 +12,10 @@ interpreter that exits or stops answering within the cell's time limit plus `gra
 that sandbox; the session then starts a fresh one (the state is lost) and the observation says
 so (RESTARTED). Nothing here is a verdict: the observation is what the model sees.
 
-Tools are host functions (trusted: a Wikipedia lookup, say): each name is bound in the
-interpreter to a stub of one str argument that asks the host over the channel; the host calls
-`tools[name](arg)` and the stub returns its str. Host time spent in tools stops the cell's host
+Tools are host functions (trusted: a Wikipedia lookup, or a step of a game the host plays):
+each name is bound in the interpreter to a stub with the tool's parameters (`HostTool`; a plain
+callable takes one str, `query`) that asks the host over the channel; the host calls
+`tools[name](*args)` and the stub returns its str. Host time spent in tools stops the cell's host
 clock, up to cell_timeout in a cell (the interpreter's own alarm keeps running, as in MINT).
 
 Uids: as root each sandbox runs as its own uid. A session holds its sandbox for minutes, so it
@@ -30,6 +31,7 @@ it when episodes run in a pool.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import keyword
 import os
@@ -53,7 +55,7 @@ IPYTHON_LIBS = ("IPython", "traitlets", "pygments", "stack_data", "executing", "
                 "ptyprocess")
 SESSION_LIBS = ("numpy", "sympy", "mpmath")  # beside the standard library, where installed (as an agent's Program)
 SESSION_SLOT_BASE = 100_000  # sessions' slots (uids UID_BASE + 100_000 + n): never a SlotPool's
-TOOL_ARG_CHARS = 10_000  # longest str a tool stub sends to the host
+TOOL_ARG_CHARS = 10_000  # the most characters a tool stub sends to the host (its arguments together)
 
 NO_OUTPUT = "[Executed Successfully with No Output]"
 TRUNCATED = "...\n[Output Truncated]"
@@ -65,6 +67,28 @@ EXPIRED = "[The Python session has ended: it reached its time limit of {lifetime
 _slots_lock = threading.Lock()
 _slots_live: set[int] = set()
 _spawners: dict[int, concurrent.futures.ThreadPoolExecutor] = {}  # per process id: a forked child makes its own
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTool:
+    """A tool of a session: `fn(*args)` runs on the host with one str per parameter and returns a str.
+    `formats`: the stub turns each argument into a str as an f-string does (a tool that puts its
+    arguments into a command, as MINT's ALFWorld tools do); else an argument that is not a str is
+    a TypeError in the interpreter."""
+
+    fn: Callable[..., str]
+    params: tuple[str, ...] = ("query",)
+    formats: bool = False
+
+
+def _host_tool(name: object, tool: object) -> HostTool:
+    t = tool if isinstance(tool, HostTool) else HostTool(tool) if callable(tool) else None  # type: ignore[arg-type]
+    names = (name, *t.params) if t is not None else (name,)
+    if t is None or not callable(t.fn) or len(set(t.params)) != len(t.params) or \
+            not all(isinstance(n, str) and n.isidentifier() and not keyword.iskeyword(n) for n in names):
+        raise InputError(f"session tool {name!r}: expected a Python identifier naming a callable (or a HostTool "
+                         f"with distinct identifiers as parameters)")
+    return t
 
 
 class _Broken(Exception):
@@ -91,7 +115,7 @@ class Session:
     returns EXPIRED. `slot`: a session slot (see SESSION_SLOT_BASE); None takes the lowest free
     one. `start_timeout`: how long IPython may take to come up (a RunError past it)."""
 
-    def __init__(self, sandbox: Sandbox, *, tools: Mapping[str, Callable[[str], str]] = {},
+    def __init__(self, sandbox: Sandbox, *, tools: Mapping[str, "Callable[[str], str] | HostTool"] = {},
                  cell_timeout: float = 30.0, output_chars: int = 2000, libs: Sequence[str] = SESSION_LIBS,
                  slot: Optional[int] = None, grace: float = 5.0, lifetime: float = 3600.0,
                  start_timeout: float = 60.0):
@@ -100,11 +124,8 @@ class Session:
                              f"start_timeout={start_timeout}: expected positive seconds (grace >= 0)")
         if int(output_chars) < 1:
             raise InputError(f"output_chars={output_chars}: must be >= 1")
-        for name, fn in tools.items():
-            if not (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)) or not callable(fn):
-                raise InputError(f"session tool {name!r}: expected a Python identifier naming a callable")
+        self.tools = {name: _host_tool(name, tool) for name, tool in tools.items()}
         self.sandbox = sandbox
-        self.tools = dict(tools)
         self.cell_timeout, self.output_chars, self.grace = float(cell_timeout), int(output_chars), float(grace)
         self.lifetime, self.start_timeout = float(lifetime), float(start_timeout)
         self._mode = sandbox.check()
@@ -170,7 +191,9 @@ class Session:
         sb, mode = self.sandbox, self._mode
         env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         payload = {"token": "", "source": REPL, "cell_timeout": self.cell_timeout, "output_chars": self.output_chars,
-                   "tool_arg_chars": TOOL_ARG_CHARS, "tools": sorted(self.tools), "libpath": _lib_path(self._binds, mode),
+                   "tool_arg_chars": TOOL_ARG_CHARS,
+                   "tools": {n: {"params": list(t.params), "formats": t.formats} for n, t in sorted(self.tools.items())},
+                   "libpath": _lib_path(self._binds, mode),
                    "env": env}
         to_r, to_w = os.pipe()  # the host writes, the interpreter reads
         from_r, from_w = os.pipe()  # the interpreter writes, the host reads
@@ -217,20 +240,22 @@ class Session:
                 return out
             if kind == "tool" and isinstance(msg.get("call"), int):
                 began = time.monotonic()
-                ok, text = self._tool(msg.get("name"), msg.get("arg"))
+                ok, text = self._tool(msg.get("name"), msg.get("args"))
                 spent = min(time.monotonic() - began, self.cell_timeout - paused)
                 paused += spent
                 deadline += spent
                 live.send({"t": "reply", "call": msg["call"], "ok": ok, "text": text}, deadline)
 
-    def _tool(self, name: object, arg: object) -> tuple[bool, str]:
+    def _tool(self, name: object, args: object) -> tuple[bool, str]:
         """(ok, the tool's str answer or why it failed) for a tool request from the interpreter."""
         if not isinstance(name, str) or name not in self.tools:
             return False, f"no tool named {str(name)[:100]!r}"
-        if not isinstance(arg, str) or len(arg) > TOOL_ARG_CHARS:
-            return False, f"{name}() takes a str of at most {TOOL_ARG_CHARS} characters"
+        tool = self.tools[name]
+        if not isinstance(args, list) or len(args) != len(tool.params) or not all(isinstance(a, str) for a in args) \
+                or sum(len(a) for a in args) > TOOL_ARG_CHARS:
+            return False, f"{name}() takes {len(tool.params)} str of at most {TOOL_ARG_CHARS} characters in all"
         try:
-            answer = self.tools[name](arg.encode("utf-8", "replace").decode("utf-8"))
+            answer = tool.fn(*(a.encode("utf-8", "replace").decode("utf-8") for a in args))
         except Exception as e:
             return False, f"{name} failed: {type(e).__name__}: {e}"[:1000]
         return True, answer if isinstance(answer, str) else str(answer)

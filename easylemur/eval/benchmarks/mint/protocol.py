@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from easylemur.eval.agent.episode import answered, in_threads
 from easylemur.eval.api.faults import EndpointLost
@@ -93,7 +93,12 @@ class Episode:
         self.state = MintState()
         self.lost = ""  # why the endpoint (the model's or the critic's) gave no answer after every retry
         self.session: Optional[Session] = None  # the episode's live interpreter, started at its first action
-        first = task.first_message(p, max_steps, max_proposals, feedback is not None)
+        self.env: Any = None  # the game the tools play (MINT's ALFWorld): it says whether the task is done
+        played = task.environment(p)
+        if played is not None:
+            self.p, self.env, env_tools = played
+            self.tools = {**self.tools, **env_tools}
+        first = task.first_message(self.p, max_steps, max_proposals, feedback is not None)
         self.state.history = [{"role": "user", "content": first}]
         self.state.latest_output = {"content": first}
 
@@ -115,6 +120,8 @@ class Episode:
         finally:
             if self.session is not None:
                 self.session.close()
+            if self.env is not None:
+                self.env.close()
         return self.state
 
     def _step(self, reply: str, error: str = "") -> None:
@@ -152,6 +159,8 @@ class Episode:
             self.session = Session(self.sandbox, tools=self.tools, cell_timeout=self.cell_timeout, libs=MINT_LIBS)
         out = self.session.run(code).strip()
         self.state.agent_action_count["use_tool"] += 1
+        if self.env is not None and self.env.success():  # MINT's AlfworldEnv: a tool call can end the task
+            self.state.finished, self.state.success, self.state.terminate_reason = True, True, "task_success"
         return out
 
     def _propose(self, reply: str) -> Optional[str]:
@@ -161,7 +170,7 @@ class Episode:
         if not answer:
             return self.texts.invalid_input
         try:
-            verdict = self.task.judge(self.p, answer)
+            verdict = self.env.success() if self.env is not None else self.task.judge(self.p, answer)
         except Exception as e:  # noqa: BLE001 - MINT shows a check's exception as the observation
             return f"{type(e).__name__}: {e}"
         if not isinstance(verdict, bool):
@@ -204,10 +213,9 @@ class Episode:
         trajectory += "\n".join(m["content"] for m in history[1:])
         trajectory += "\n" + observation
         trajectory = trajectory[trajectory.find("Task:"):]
-        example = t.example(self.task.spec.examples, True)
+        example = t.example(self.task.examples_folder(self.p), True)
         prompt = t.feedback_template.format(in_context_example=example[example.find("Task:"):], trajectory=trajectory,
-                                            correct_solution=t.no_ground_truth,
-                                            tool_desc=t.tool_description(self.task.spec.tools))
+                                            correct_solution=t.no_ground_truth, tool_desc=self.task.tool_description())
         try:
             assert self.feedback is not None
             return cut_at_stops(self.feedback([{"role": "user", "content": prompt}], t.feedback_stop_words),
@@ -229,9 +237,11 @@ def run_budget(task: MintTask, chat: Chat, sandbox: Sandbox, budget: int, *, fee
     def one(p: MintProblem) -> dict:
         ep = Episode(task, p, max_steps=budget, max_proposals=proposals_for(budget), sandbox=sandbox, slots=slots,
                      feedback=feedback, tools=tools, cell_timeout=cell_timeout)
-        record = {"state": dataclasses.asdict(ep.play(chat)), "task": task.record(p)}
+        record = {"state": dataclasses.asdict(ep.play(chat)), "task": task.record(ep.p)}
         if ep.lost:
             record["easylemur"] = {"lost": ep.lost}
+        if ep.env is not None and ep.state.success and not ep.env.won():  # MINT's success at the game's step limit
+            record.setdefault("easylemur", {})["won"] = False
         return record
 
     return in_threads(one, task.problems, concurrency, progress)

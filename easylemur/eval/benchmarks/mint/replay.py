@@ -30,12 +30,23 @@ def _reply_of(content: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class Transcript:
     def __init__(self, record: dict, feedback_header: str):
         st = record["state"]
         self.task_prompt = str(record["task"]["prompt"])
         self.error = st.get("terminate_reason") == "error"
         hist = st["history"]
+        self.contents = [str(m["content"]) for m in hist]
+        self.roles = [m["role"] for m in hist]
+        # each message as a critic's trajectory holds it: a user message without its own feedback
+        self.bare = [c.split(feedback_header, 1)[0] if r == "user" else c for c, r in zip(self.contents, self.roles)]
         self.replies: list[Optional[str]] = []  # per user message: the reply that followed it ("" when none was kept)
         self.feedback: list[str] = []  # per user message after the first: the expert feedback it carried
         for i, m in enumerate(hist):
@@ -51,10 +62,15 @@ class Transcript:
 
 
 class Replayer:
-    """The transcripts of one model's outputs directory, and what the replay has served."""
+    """The transcripts of one model's outputs directory, and what the replay has served.
+
+    Several episodes can open with the same message (ALFWorld's trials of one task in one room
+    differ only in where things lie), so a conversation is matched to the transcript whose
+    dialogue it repeats longest (its observations tell the trials apart), and a critic's request
+    to the transcript whose dialogue its trajectory holds longest."""
 
     def __init__(self, outputs: Path, feedback_header: str = "\nExpert feedback:\n"):
-        self.by_first: dict[str, Transcript] = {}
+        self.by_first: dict[str, list[Transcript]] = {}
         self.feedback_runs: list[Transcript] = []
         for path in sorted(Path(outputs).rglob("results.jsonl")):
             is_feedback = "PHF=" in str(path)
@@ -62,10 +78,9 @@ class Replayer:
                 if line.strip():
                     rec = json.loads(line)
                     t = Transcript(rec, feedback_header)
-                    self.by_first[rec["state"]["history"][0]["content"]] = t
+                    self.by_first.setdefault(rec["state"]["history"][0]["content"], []).append(t)
                     if is_feedback:
                         self.feedback_runs.append(t)
-        self.step: dict[int, int] = {}  # id(transcript) -> the user message it last answered
         self.unknown = self.past_end = 0
         self.lock = threading.Lock()
 
@@ -74,21 +89,22 @@ class Replayer:
         users = [m for m in messages if m.get("role") == "user"]
         if not users:
             return 400, "no user message"
-        t = self.by_first.get(users[0]["content"])
-        if t is None:
+        candidates = self.by_first.get(users[0]["content"])
+        if candidates is None:
             if len(users) == 1:
                 return self._feedback(users[0]["content"])
             with self.lock:
                 self.unknown += 1
             return 400, "no transcript starts with this conversation's first message"
+        sent = [str(m.get("content")) for m in messages]
+        t = max(candidates, key=lambda c: _common_prefix(c.contents, sent))
         j = len(users) - 1
-        with self.lock:
-            self.step[id(t)] = j
-            if j >= len(t.replies) or t.replies[j] is None:
-                if t.error and j == len(t.replies) - 1:
-                    return 400, "This model's maximum context length is exceeded (as the transcript's run ended)"
+        if j >= len(t.replies) or t.replies[j] is None:
+            if t.error and j == len(t.replies) - 1:
+                return 400, "This model's maximum context length is exceeded (as the transcript's run ended)"
+            with self.lock:
                 self.past_end += 1
-                return 200, ""
+            return 200, ""
         return 200, t.replies[j] or ""
 
     def _feedback(self, prompt: str) -> tuple[int, str]:
@@ -97,10 +113,18 @@ class Replayer:
             with self.lock:
                 self.unknown += 1
             return 400, "no transcript for this conversation"
-        t = max(hits, key=lambda h: len(h.task_prompt))
-        with self.lock:
-            j = self.step.get(id(t), 0)
-        return 200, t.feedback[j] if j < len(t.feedback) else ""
+        longest = max(len(h.task_prompt) for h in hits)
+
+        def held(t: Transcript) -> int:  # how many of its messages after the first the trajectory holds, in order
+            n = 0
+            while 1 + n < len(t.bare) and t.bare[1 + n] in prompt:
+                n += 1
+            return n
+        t, n = max(((h, held(h)) for h in hits if len(h.task_prompt) == longest), key=lambda x: x[1])
+        # the feedback asked for is the one that came with the observation the trajectory ends with:
+        # the last user message it holds, or the next one where the observations parted
+        j = t.roles[1:1 + n].count("user") - (1 if n and t.roles[n] == "user" else 0)
+        return 200, t.feedback[j] if 0 <= j < len(t.feedback) else ""
 
 
 def serve(replayer: Replayer, port: int = 0, model: str = "mint-replay") -> http.server.ThreadingHTTPServer:

@@ -69,6 +69,8 @@ def _problem(spec: TaskSpec, texts: MintTexts, row: dict, where: str) -> MintPro
 class MintTask:
     """One of MINT's tasks on one copy of its files."""
 
+    plays_games = False  # its episodes play an environment (`environment`), which may count success at a step limit
+
     def __init__(self, folder: str, files: RepoFiles):
         self.name, self.spec = f"m_{folder}", TASKS[folder]
         self.texts = load_texts(files)
@@ -81,9 +83,21 @@ class MintTask:
         """MINT's one user message: instructions, turn budget, tools, in-context example, task."""
         return self.texts.template.format(
             max_total_steps=max_steps, max_propose_solution=max_proposals,
-            tool_desc=self.texts.tool_description(self.spec.tools),
-            in_context_example=self.texts.example(self.spec.examples, feedback),
+            tool_desc=self.tool_description(),
+            in_context_example=self.texts.example(self.examples_folder(p), feedback),
             task_prompt=self.texts.task_header + p.prompt)
+
+    def examples_folder(self, p: MintProblem) -> str:
+        """The folder of `p`'s in-context examples (one per task; ALFWorld's per task type)."""
+        return self.spec.examples
+
+    def tool_description(self) -> str:
+        return self.texts.tool_description(self.spec.tools)
+
+    def environment(self, p: MintProblem) -> Optional[tuple[MintProblem, Any, dict]]:
+        """For a task played in an environment (MINT's ALFWorld): (the problem as the environment
+        states it, the environment, its tools); None for a task judged by its answer."""
+        return None
 
     def judge(self, p: MintProblem, solution: str) -> Any:
         return checks.judge(self.spec.check, p, solution, self.rules)

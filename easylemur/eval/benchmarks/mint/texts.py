@@ -54,14 +54,19 @@ class MintTexts:
         return self.files.text(f"{EXAMPLES}/{folder}/{'with_tool_and_feedback' if feedback else 'with_tool'}.txt")
 
     def tool_description(self, tools: tuple) -> str:
-        """The tool lines of the instruction (MINT's get_toolset_description); "" without tools."""
+        """The tool lines of the instruction for MINT's tools named `tools` (its reasoning tasks' one)."""
+        for name in tools:
+            if name != self.wikipedia.name:
+                raise PublishedFilesError(f"MINT has no tool {name!r} (its reasoning tasks use {self.wikipedia.name})")
+        return self.tool_lines([(self.wikipedia.signature, self.wikipedia.description) for _ in tools])
+
+    def tool_lines(self, tools: list) -> str:
+        """MINT's get_toolset_description over (signature, description) pairs; "" without tools."""
         if not tools:
             return ""
         out = self.tool_header
-        for i, name in enumerate(tools):
-            if name != self.wikipedia.name:
-                raise PublishedFilesError(f"MINT has no tool {name!r} (its reasoning tasks use {self.wikipedia.name})")
-            out += f"[{i + 1}] {self.wikipedia.signature}\n{self.wikipedia.description}\n"
+        for i, (signature, description) in enumerate(tools):
+            out += f"[{i + 1}] {signature}\n{description}\n"
         return out
 
 

@@ -7,7 +7,7 @@ nothing of easylemur. Unlike the checker and the runner it is not trusted: the c
 this very process, so they can read its channel, its memory and everything below. Nothing it
 says is a verdict; the host reads it as untrusted bytes (`session.py`).
 
-argv: the job memfd (marshal: cell_timeout, output_chars, the tool names, the library path,
+argv: the job memfd (marshal: cell_timeout, output_chars, the tools' parameters, the library path,
 the environment, the working directory), then the channel's two pipes: the one the host
 writes (`run` a cell, the `reply` to a tool call) and the one it reads (`ready`, `fail`,
 `tool`, `done`). A frame is a 4-byte big-endian length, then that many bytes of JSON (ASCII).
@@ -27,6 +27,7 @@ file, with their source registered in `linecache` (sent by the host: this text) 
 shows their lines: no path of easylemur's appears.
 """
 
+import inspect
 import json
 import linecache
 import os
@@ -90,14 +91,14 @@ def signal_handler(signum, frame):
     raise TimeoutError(TIMED_OUT)
 
 
-def host_call(name, query):
-    "Asks the host to run its tool `name` on `query`: (ok, answer)."
+def host_call(name, args):
+    "Asks the host to run its tool `name` on the str arguments `args`: (ok, answer)."
     STATE["call"] += 1
     call = STATE["call"]
     reply = None
     STATE["quiet"] = True
     try:
-        send({"t": "tool", "id": STATE["cell"], "call": call, "name": name, "arg": query})
+        send({"t": "tool", "id": STATE["cell"], "call": call, "name": name, "args": args})
         while reply is None and not STATE["pending"]:
             msg = receive(0.05)
             if isinstance(msg, dict) and msg.get("t") == "reply" and msg.get("call") == call:
@@ -110,13 +111,26 @@ def host_call(name, query):
     return bool(reply.get("ok")), str(reply.get("text"))
 
 
-def tool_stub(name):
-    def stub(query):
-        if not isinstance(query, str):
-            raise TypeError("%s() takes a str, not %s" % (name, type(query).__name__))
-        if len(query) > TOOL_ARG_CHARS:
-            raise ValueError("%s(): the query is longer than %d characters" % (name, TOOL_ARG_CHARS))
-        ok, answer = host_call(name, query)
+def tool_stub(name, spec):
+    # the interpreter's function `name` with spec's parameters; each argument a str, or made one
+    # as an f-string does where the tool formats its arguments (spec["formats"])
+    signature = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in spec["params"]])
+
+    def stub(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError("%s() %s" % (name, e)) from None
+        values = []
+        for value in bound.arguments.values():
+            if spec["formats"]:
+                value = format(value)
+            elif not isinstance(value, str):
+                raise TypeError("%s() takes a str, not %s" % (name, type(value).__name__))
+            values.append(value)
+        if sum(len(v) for v in values) > TOOL_ARG_CHARS:
+            raise ValueError("%s(): the arguments are longer than %d characters" % (name, TOOL_ARG_CHARS))
+        ok, answer = host_call(name, values)
         if not ok:
             raise RuntimeError(answer)
         return answer
@@ -126,6 +140,7 @@ def tool_stub(name):
     except TypeError:  # before Python 3.11 a code object has no qualified name
         stub.__code__ = stub.__code__.replace(co_filename=HIDDEN, co_name=name)
     stub.__name__ = stub.__qualname__ = name
+    stub.__signature__ = signature
     return stub
 
 
@@ -142,7 +157,7 @@ try:
     config = Config()
     config.HistoryManager.hist_file = ":memory:"  # no history.sqlite, even in the private /tmp
     shell = InteractiveShell.instance(config=config, colors="NoColor",
-                                      user_ns={name: tool_stub(name) for name in job["tools"]})
+                                      user_ns={name: tool_stub(name, spec) for name, spec in job["tools"].items()})
 except BaseException as e:
     send({"t": "fail", "why": ("%s: %s" % (type(e).__name__, e))[:500]})
     os._exit(1)
