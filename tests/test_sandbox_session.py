@@ -126,8 +126,9 @@ def test_tools_are_answered_by_the_host(sandbox):
     put = HostTool(lambda obj, recep: f"put {obj} in/on {recep}", ("object", "receptacle"), formats=True)
     with _session(sandbox, tools={"put": put, "look": HostTool(lambda: "a room", ())}) as s:
         assert s.run("print(put('mug 1', receptacle=2), look())") == "put mug 1 in/on 2 a room\n"
-        assert "TypeError: put() missing a required argument: 'receptacle'" in s.run("put('mug 1')")
-        assert "TypeError: look() too many positional arguments" in s.run("look('x')")
+        assert s.run("put('mug 1')").rstrip().endswith("TypeError: put() missing 1 required positional argument: "
+                                                      "'receptacle'")
+        assert s.run("look('x')").rstrip().endswith("TypeError: look() takes 0 positional arguments but 1 was given")
     for bad in ({"not a name": wikipedia_search}, {"put": HostTool(put.fn, ("object", "object"))},
                 {"put": HostTool(put.fn, ("class", "x"))}):
         with pytest.raises(InputError):

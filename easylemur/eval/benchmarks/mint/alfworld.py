@@ -9,13 +9,14 @@ and the game's first observation, the in-context example is the task type's
 eleven tools (`goto`, `put`, `take_from`, ...) with their signatures, descriptions and the game
 command each sends are read from `mint/tools/alfworld.py` (`read_tools`).
 
-A game is played on the host (`Game`): the engine is ALFWorld's (the `alfworld` and `textworld`
-packages: `pip install -e ".[eval]"`), built as ALFWorld's `AlfredTWEnv.init_env` builds it for an
-evaluation split (its demangler without shuffling, the step limit of MINT's `base_config.yaml`:
-50 game commands, after which every command repeats the last observation), one fresh game per
-episode. The interpreter in the sandbox holds only stubs: each tool call asks the host to run
-one command, so a cell cannot reach the game's files, its PDDL or its win condition. A
-command's observation drops the "You arrive at loc N. " prefix, as MINT's `process_ob`.
+A game is played on the host (`Game`, each in a process of its own: `alfworld_game.py`): the
+engine is ALFWorld's (the `alfworld` and `textworld` packages: `pip install -e ".[eval]"`),
+built as ALFWorld's `AlfredTWEnv.init_env` builds it for an evaluation split (its demangler
+without shuffling, the step limit of MINT's `base_config.yaml`: 50 game commands, after which
+every command repeats the last observation), one fresh game per episode. The interpreter in the
+sandbox holds only stubs: each tool call asks the host to run one command, so a cell cannot reach
+the game's files, its PDDL or its win condition. A command's observation drops the "You arrive
+at loc N. " prefix, as MINT's `process_ob`.
 
 Success is MINT's: after each action the episode is won once any command so far ended the game
 (`done`); a proposed solution is judged by the same test. TextWorld also ends a game at its
@@ -29,11 +30,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
-import threading
+import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from easylemur.errors import InputError
+from easylemur.errors import InputError, RunError
 from easylemur.eval.api.task import MissingData
 from easylemur.eval.benchmarks.mint.files import MINT
 from easylemur.eval.benchmarks.mint.tasks import MintProblem, MintTask, TaskSpec
@@ -44,7 +48,6 @@ GAMES = "data/processed/alfworld"
 TASK_FILE = "mint/tasks/alfworld.py"
 TOOLS_FILE = "mint/tools/alfworld.py"
 SPEC = TaskSpec("alfworld", "decision_making", "alfworld", "alfworld", "alfworld")
-_ENGINE = threading.Lock()  # TextWorld's PDDL engine and gym registry are not known to be thread-safe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,37 +138,45 @@ def read_tools(files: RepoFiles) -> tuple[AlfworldTool, ...]:
 
 
 class Game:
-    """One ALFWorld game on the host, built as ALFWorld's AlfredTWEnv.init_env builds an evaluation
-    game; `step(command)` is MINT's AlfWorldTool.step. Opened and played under one lock."""
+    """One ALFWorld game, played in a process of its own (`alfworld_game.py`, which builds it as
+    ALFWorld's AlfredTWEnv.init_env builds an evaluation game); `step(command)` is MINT's
+    AlfWorldTool.step. One episode's thread plays it."""
 
     def __init__(self, gamefile: Path, max_steps: int, arrive: tuple[str, str]):
-        try:
-            import textworld
-            import textworld.gym
-            from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-        except ImportError as e:
-            raise InputError(f"m_alfworld needs ALFWorld's engine ({e}): pip install alfworld, or "
-                             "pip install -e '.[eval]'") from None
         self.arrive = arrive
         self.done: list[tuple[bool, bool]] = []  # (done, won) after each command
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
-        with _ENGINE:
-            env_id = textworld.gym.register_games([str(gamefile)], infos, batch_size=1, asynchronous=False,
-                                                  max_episode_steps=max_steps,
-                                                  wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
-            self.env = textworld.gym.make(env_id)
-            obs, _ = self.env.reset()
+        self.proc = subprocess.Popen([sys.executable, "-m", "easylemur.eval.benchmarks.mint.alfworld_game", str(gamefile),
+                                      str(max_steps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=tempfile.TemporaryFile(), text=True, encoding="utf-8")
+        first = self._read()["observation"]
         # MINT's task prompt drops the welcome banner: the paragraphs after the first
-        self.first_observation = "\n".join(obs[0].split("\n\n")[1:])
+        self.first_observation = "\n".join(first.split("\n\n")[1:])
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            self.proc.wait()
+            lines: list = []
+            if self.proc.stderr is not None:
+                self.proc.stderr.seek(0)
+                lines = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()  # type: ignore
+            raise RunError(f"the ALFWorld game's process ended (exit {self.proc.returncode}): "
+                           f"{lines[-1] if lines else 'no message'}")
+        return json.loads(line)
 
     def step(self, command: str) -> str:
-        with _ENGINE:
-            obs, _, done, infos = self.env.step([command])
-        ob = obs[0]
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"command": command}) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # _read says why the process ended
+        answer = self._read()
+        ob = answer["observation"]
         prefix, end = self.arrive
         if ob.startswith(prefix):  # MINT's process_ob: "You arrive at loc 12. On the desk 1, ..." -> "On the desk 1, ..."
             ob = ob[ob.find(end) + len(end):]
-        self.done.append((bool(done[0]), bool(infos["won"][0])))
+        self.done.append((bool(answer["done"]), bool(answer["won"])))
         return ob
 
     def success(self) -> bool:
@@ -176,8 +187,17 @@ class Game:
         return any(w for _, w in self.done)
 
     def close(self) -> None:
-        with _ENGINE:
-            self.env.close()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class AlfworldTask(MintTask):

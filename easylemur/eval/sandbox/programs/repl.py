@@ -27,7 +27,6 @@ file, with their source registered in `linecache` (sent by the host: this text) 
 shows their lines: no path of easylemur's appears.
 """
 
-import inspect
 import json
 import linecache
 import os
@@ -111,43 +110,40 @@ def host_call(name, args):
     return bool(reply.get("ok")), str(reply.get("text"))
 
 
-def tool_stub(name, spec):
-    # the interpreter's function `name` with spec's parameters; each argument a str, or made one
-    # as an f-string does where the tool formats its arguments (spec["formats"])
-    signature = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in spec["params"]])
-
-    def stub(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as e:
-            raise TypeError("%s() %s" % (name, e)) from None
-        values = []
-        for value in bound.arguments.values():
-            if spec["formats"]:
-                value = format(value)
-            elif not isinstance(value, str):
-                raise TypeError("%s() takes a str, not %s" % (name, type(value).__name__))
-            values.append(value)
-        if sum(len(v) for v in values) > TOOL_ARG_CHARS:
-            raise ValueError("%s(): the arguments are longer than %d characters" % (name, TOOL_ARG_CHARS))
-        ok, answer = host_call(name, values)
-        if not ok:
-            raise RuntimeError(answer)
-        return answer
-
-    try:
-        stub.__code__ = stub.__code__.replace(co_filename=HIDDEN, co_name=name, co_qualname=name)
-    except TypeError:  # before Python 3.11 a code object has no qualified name
-        stub.__code__ = stub.__code__.replace(co_filename=HIDDEN, co_name=name)
-    stub.__name__ = stub.__qualname__ = name
-    stub.__signature__ = signature
-    return stub
+def call_tool(name, formats, *values):
+    "Every tool stub's body: its arguments as str (made so as an f-string does where the tool formats them), the host's answer."
+    args = []
+    for value in values:
+        if formats:
+            value = format(value)
+        elif not isinstance(value, str):
+            raise TypeError("%s() takes a str, not %s" % (name, type(value).__name__))
+        args.append(value)
+    if sum(len(a) for a in args) > TOOL_ARG_CHARS:
+        raise ValueError("%s(): the arguments are longer than %d characters" % (name, TOOL_ARG_CHARS))
+    ok, answer = host_call(name, args)
+    if not ok:
+        raise RuntimeError(answer)
+    return answer
 
 
-for f in (signal_handler, host_call, receive, send):
+def tool_stubs(tools, source):
+    """The tools as plain Python functions of their parameters (a wrong call is Python's own
+    TypeError at the call site, as calling the tool itself gives), compiled after the lines of
+    `source` in the hidden file: returns them and the file's text."""
+    base = source if source.endswith("\n") else source + "\n"
+    text = "".join("def %s(%s):\n    return call_tool(%r, %r%s)\n" % (
+        name, ", ".join(spec["params"]), name, bool(spec["formats"]), "".join(", " + p for p in spec["params"]))
+        for name, spec in tools.items())
+    namespace = {"call_tool": call_tool}
+    exec(compile("\n" * base.count("\n") + text, HIDDEN, "exec"), namespace)
+    return {name: namespace[name] for name in tools}, base + text
+
+
+for f in (signal_handler, host_call, receive, send, call_tool):
     f.__code__ = f.__code__.replace(co_filename=HIDDEN)
-lines = job["source"].splitlines(True)
-linecache.cache[HIDDEN] = (len(job["source"]), None, lines, HIDDEN)  # no mtime: never checked against a file
+stubs, hidden = tool_stubs(job["tools"], job["source"])
+linecache.cache[HIDDEN] = (len(hidden), None, hidden.splitlines(True), HIDDEN)  # no mtime: never checked against a file
 
 try:
     from IPython.core.interactiveshell import InteractiveShell
@@ -157,7 +153,7 @@ try:
     config = Config()
     config.HistoryManager.hist_file = ":memory:"  # no history.sqlite, even in the private /tmp
     shell = InteractiveShell.instance(config=config, colors="NoColor",
-                                      user_ns={name: tool_stub(name, spec) for name, spec in job["tools"].items()})
+                                      user_ns=stubs)
 except BaseException as e:
     send({"t": "fail", "why": ("%s: %s" % (type(e).__name__, e))[:500]})
     os._exit(1)
