@@ -46,6 +46,10 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # measure each other. The suite's runs take a stated peak instead; test_train_metrics.py
 # measures it once, small.
 os.environ.setdefault("EASYLEMUR_CPU_PEAK_FLOPS", "1e11")
+# A CPU trainer restarts itself with glibc malloc tunables for long runs (host.cpu_malloc_env);
+# in the suite's seconds-long runs they only add page-fault time (about 1.5 CPU-s of sys a run,
+# 10% of test_run_safety.py's CPU). test_host.py tests the restart with environments of its own.
+os.environ.setdefault("EASYLEMUR_MALLOC", "default")
 
 import jax  # noqa: E402
 

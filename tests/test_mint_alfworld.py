@@ -67,9 +67,10 @@ def test_the_games_tools_and_texts_come_from_minTs_files(mint_dir):
                               "reference": p.reference, "metadata": {"task_type": "cool"}}
 
 
-def _played(task, game_index: int, cells: list[list[str]]) -> list[str]:
-    """What each cell of tool calls prints, played straight on a game of its own (not through the sandbox)."""
-    _, game, tools = task.environment(task.problems[game_index])
+def _played(task, game_index: int, cells: list[list[str]]) -> tuple:
+    """(the problem as its game states it, what each cell of tool calls prints), played straight on
+    a game of its own (not through the sandbox)."""
+    problem, game, tools = task.environment(task.problems[game_index])
     try:
         out = []
         for cell in cells:
@@ -79,11 +80,12 @@ def _played(task, game_index: int, cells: list[list[str]]) -> list[str]:
                 values = [v.split("=")[-1].strip().strip('"') for v in args.rstrip(")").split(",") if v.strip()]
                 lines.append(tools[name].fn(*values))
             out.append("\n".join(lines))
-        return out
+        return problem, out
     finally:
         game.close()
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_an_episode_plays_its_game_through_the_tools_and_a_replay_gives_minTs_success(mint_dir, sandbox, tmp_path):
     """Transcripts of MINT's format for the two games are replayed through the harness: game 1 is
@@ -92,20 +94,16 @@ def test_an_episode_plays_its_game_through_the_tools_and_a_replay_gives_minTs_su
     equal the transcripts message for message."""
     task = registry.build("m_alfworld", str(mint_dir))
     T, turns = TEXTS, TEXTS["turns"].format
-    look, first = _played(task, 0, [["look()"], list(SOLVE)])
-    (look2,) = _played(task, 1, [["look()"]])
+    p0, (look, first) = _played(task, 0, [["look()"], list(SOLVE)])
+    p1, (look2,) = _played(task, 1, [["look()"]])
     cell1 = "<execute>\nprint(look())\n</execute>"
     cell2 = "<execute>\n" + "\n".join(f"print({c})" for c in SOLVE) + "\n</execute>"
     assert first.endswith("You move the lettuce 1 to the countertop 1.")
-    p0 = task.environment(task.problems[0])
-    p1 = task.environment(task.problems[1])
-    for _, game, _ in (p0, p1):
-        game.close()
-    won = [{"role": "user", "content": task.first_message(p0[0], 3, 2, False)},
+    won = [{"role": "user", "content": task.first_message(p0, 3, 2, False)},
            {"role": "assistant", "content": "Assistant:\n" + cell1 + "\n"},
            {"role": "user", "content": T["observation"] + look + "\n" + turns(2, 2)},
            {"role": "assistant", "content": "Assistant:\n" + cell2 + "\n"}]
-    lost = [{"role": "user", "content": task.first_message(p1[0], 3, 2, False)},
+    lost = [{"role": "user", "content": task.first_message(p1, 3, 2, False)},
             {"role": "assistant", "content": "Assistant:\n<solution> done </solution>\n"},
             {"role": "user", "content": T["observation"] + T["wrong"] + turns(2, 1)},
             {"role": "assistant", "content": "Assistant:\n" + cell1 + "\n"},
@@ -114,7 +112,7 @@ def test_an_episode_plays_its_game_through_the_tools_and_a_replay_gives_minTs_su
     out = tmp_path / "outputs" / "F=None" / "max3_p2+tool+cd" / "decision_making" / "alfworld"
     out.mkdir(parents=True)
     (out / "results.jsonl").write_text("".join(json.dumps({"state": {"history": h, "success": s}, "task": task.record(p)})
-                                               + "\n" for h, s, p in ((won, True, p0[0]), (lost, False, p1[0]))))
+                                               + "\n" for h, s, p in ((won, True, p0), (lost, False, p1))))
     replayer = Replayer(tmp_path / "outputs")
     server = serve(replayer)
     try:

@@ -176,22 +176,24 @@ def same_where_both(a: dict, b: dict, steps) -> None:
 def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_run, monkeypatch):
     workdir, pods = pod_run
     quick(monkeypatch)
+    # three processes (two survivors name each lost one; the 4-process pod is the next test's)
+    o3 = ["data.shards=3", "train.batch_size=6", *O[1:]]
 
     # 0. the same run on a pod where nothing fails: what every launch below must reproduce
-    pods.append(pod := LocalPod(workdir.parent / "uninterrupted", overrides=O))
-    assert pod.wait() == [0, 0, 0, 0], pod.log(0)[-3000:]
+    pods.append(pod := LocalPod(workdir.parent / "uninterrupted", n=3, overrides=o3))
+    assert pod.wait() == [0, 0, 0], pod.log(0)[-3000:]
     reference = losses(workdir.parent / "uninterrupted")
     assert sorted(reference) == list(range(1, STEPS + 1))
 
     # 1. the coordinator (process 0) SIGKILLed once step 3 is logged (odd: its step is not saved yet)
-    pods.append(pod := LocalPod(workdir, overrides=O))
+    pods.append(pod := LocalPod(workdir, n=3, overrides=o3))
     pod.wait_until(lambda: 3 in pod.logged())
     pod.procs[0].kill()
     killed = time.monotonic()
-    assert pod.wait() == [-9, 75, 75, 75]
-    ended_within(pod, killed, LOST_BOUND, (1, 2, 3))
-    for i in (1, 2, 3):
-        assert pod.error_line(i).startswith("error: lost process 0 of 4 ("), pod.error_line(i)
+    assert pod.wait() == [-9, 75, 75]
+    ended_within(pod, killed, LOST_BOUND, (1, 2))
+    for i in (1, 2):
+        assert pod.error_line(i).startswith("error: lost process 0 of 3 ("), pod.error_line(i)
         assert "coordinator" in pod.error_line(i)
         assert "Failed to send RPC to coordination service" in pod.jax_trace(i)
     check_saves(workdir)
@@ -200,14 +202,14 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
     resume = newest_complete(workdir)
 
     # 2. a worker SIGKILLed (by itself, EASYLEMUR_FAULT) right after its save of step 6 began
-    pods.append(pod := LocalPod(workdir, overrides=O, fault="kill_save@2:6"))
+    pods.append(pod := LocalPod(workdir, n=3, overrides=o3, fault="kill_save@2:6"))
     pod.wait_until(lambda: 2 in pod.ended)
     assert pod.procs[2].returncode == -signal.SIGKILL
     killed = pod.ended[2]
-    assert pod.wait() == [75, 75, -9, 75]
-    ended_within(pod, killed, LOST_BOUND, (0, 1, 3))
-    for i in (0, 1, 3):
-        assert pod.error_line(i).startswith("error: lost process 2 of 4 ("), pod.error_line(i)
+    assert pod.wait() == [75, 75, -9]
+    ended_within(pod, killed, LOST_BOUND, (0, 1))
+    for i in (0, 1):
+        assert pod.error_line(i).startswith("error: lost process 2 of 3 ("), pod.error_line(i)
     check_saves(workdir)
     second = losses(workdir)
     assert max(second) >= 6
@@ -216,8 +218,8 @@ def test_lost_coordinator_and_worker_end_the_pod_and_the_relaunch_is_exact(pod_r
     assert resume in (4, 6)
 
     # 3. the relaunch finishes: its losses are the uninterrupted pod's, bit for bit
-    pods.append(pod := LocalPod(workdir, overrides=O))
-    assert pod.wait() == [0, 0, 0, 0], pod.log(0)[-3000:]
+    pods.append(pod := LocalPod(workdir, n=3, overrides=o3))
+    assert pod.wait() == [0, 0, 0], pod.log(0)[-3000:]
     final = losses(workdir)
     assert final == reference
 
