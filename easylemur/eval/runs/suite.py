@@ -330,7 +330,6 @@ def run_intercode_shell(name: str, spec: dict, task: Any, access: ModelAccess, s
     1. Tasks the sandbox cannot run (the network, a tool the host lacks) are skipped and counted. The
     episodes go to OUT/<row>/ in InterCode's own format: ic_bash_multiturn_<turns>_turns_nl2bash_fs_<N>.json
     (one file per file system, as InterCode's runner writes them) or ic_ctf_multiturn_<turns>_turns.json."""
-    import dataclasses
 
     from easylemur.eval.benchmarks.intercode_bash import protocol as bash
     from easylemur.eval.benchmarks.intercode_bash.image import folder_files
@@ -354,7 +353,7 @@ def run_intercode_shell(name: str, spec: dict, task: Any, access: ModelAccess, s
             folder_files(task.files, ASSETS)
         except PublishedFilesError as e:
             raise Skip(f"InterCode-CTF's task files: {e}") from None
-        sandbox = dataclasses.replace(sandbox, file_bytes=max(sandbox.file_bytes, 1 << 30))  # disk images, archives
+    sandbox = task.sized(sandbox)
     turns = int(getattr(args, "turns", None) or spec.get("turns", proto.TURNS))
     limit = int(spec.get("dialogue_limit", proto.DIALOGUE_LIMIT))
     policy = str(spec.get("policy", "lemur"))

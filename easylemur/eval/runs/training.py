@@ -231,7 +231,7 @@ class TaskEvals:
         skipped = len(task.problems) - len(runnable)
         task = copy.copy(task)
         task.problems = runnable
-        records = proto.run_budget(task, lambda m, stop: cut_at_stops(chat(m), stop), self.sandbox, self.e.turns,
+        records = proto.run_budget(task, lambda m, stop: cut_at_stops(chat(m), stop), task.sized(self.sandbox), self.e.turns,
                                    dialogue_limit=proto.DIALOGUE_LIMIT, policy="lemur", concurrency=self.e.batch_size)
         rate = proto.success_rate(records)
         return records, {f"success@{self.e.turns}": rate, "mean_max_reward": proto.mean_reward(records),

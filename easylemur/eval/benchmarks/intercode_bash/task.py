@@ -92,6 +92,10 @@ class InterCodeBashTask:
         """What InterCode's records name as their dataset (its --data_path)."""
         return f"./{tasks_file(fs)}"
 
+    def sized(self, sandbox: Any) -> Any:
+        """The sandbox its machines need: the one given."""
+        return sandbox
+
     def skip_reason(self, p: BashProblem) -> Optional[str]:
         """Why the sandbox cannot give task `p` what it needs (None: it can)."""
         words = set(_WORD.findall(p.gold))

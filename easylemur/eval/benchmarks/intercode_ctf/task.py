@@ -71,6 +71,10 @@ class InterCodeCtfTask:
     def dataset(self) -> str:
         return f"./{TASKS}"
 
+    def sized(self, sandbox: Any) -> Any:
+        """The sandbox its machines need: files up to 1 GiB (the tasks' disk images and archives)."""
+        return dataclasses.replace(sandbox, file_bytes=max(sandbox.file_bytes, 1 << 30))
+
     def skip_reason(self, p: CtfProblem) -> Optional[str]:
         """Why the sandbox cannot give task `p` what it needs (None: it can)."""
         if p.setup:
