@@ -250,8 +250,8 @@ class AlfworldTask(MintTask):
     def environment(self, p: MintProblem) -> tuple[MintProblem, "Game", dict]:
         """A fresh game for problem `p`: the problem with its prompt and reference, the game, the tools."""
         game_dir = f"{GAMES}/json_2.1.1/valid_unseen/{p.task_id}"
+        reference = self.files.text(f"{game_dir}/gt_traj.txt")  # read first: a missing file leaves no game behind
         game = Game(self.files.path(f"{game_dir}/game.tw-pddl"), self.max_game_steps, self.arrive)
-        reference = self.files.text(f"{game_dir}/gt_traj.txt")
         p = dataclasses.replace(p, prompt=(self.prompt_head + game.first_observation).strip(), reference=reference)
         tools = {t.name: HostTool(lambda *args, t=t: game.step(t.command.format(**dict(zip(t.params, args)))),
                                   t.params, formats=True) for t in self.tools}
