@@ -40,6 +40,20 @@ def json_list(text: str, where: str) -> list:
     return rows
 
 
+def yaml_mapping(text: str, where: str) -> dict:
+    """A published YAML file's top-level mapping (a PublishedFilesError naming the file otherwise),
+    as MINT's ALFWorld `base_config.yaml` is."""
+    import yaml
+
+    try:
+        out = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PublishedFilesError(f"{where}: not YAML ({e})") from None
+    if not isinstance(out, dict):
+        raise PublishedFilesError(f"{where}: expected a YAML mapping")
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Repository:
     name: str  # how messages name it: "MINT"

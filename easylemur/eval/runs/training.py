@@ -44,6 +44,10 @@ from ml_collections import ConfigDict
 from easylemur.config import LM_EVAL, ConfigError, task_eval_names
 from easylemur.eval.agent.episode import run_episodes, success_rates
 from easylemur.eval.benchmarks.mint.protocol import cut_at_stops, run_budget, solved_within
+from easylemur.eval.benchmarks.intercode_bash import protocol as bash_protocol
+from easylemur.eval.benchmarks.intercode_bash.task import InterCodeBashTask
+from easylemur.eval.benchmarks.intercode_ctf import protocol as ctf_protocol
+from easylemur.eval.benchmarks.intercode_ctf.task import InterCodeCtfTask
 from easylemur.eval.benchmarks.mint.tasks import MintTask
 from easylemur.eval.api import FORMATS, MissingData, parse_ks, write_jsonl
 from easylemur.eval.backends.samples import generate_samples
@@ -202,7 +206,7 @@ class TaskEvals:
                                      concurrency=self.e.batch_size)
                 at = solved_within(records)
                 rates = {f"success@{k}": at(k) for k in range(1, self.e.turns + 1)}
-            elif getattr(task, "intercode_shell", False):  # InterCode-Bash and -CTF: InterCode's runner, Lemur's policy
+            elif isinstance(task, (InterCodeBashTask, InterCodeCtfTask)):  # InterCode's runner, Lemur's policy
                 records, rates = self._intercode(task, chat)
             else:
                 episodes = run_episodes(task, chat, task.sized(self.sandbox), concurrency=self.e.batch_size,
@@ -224,9 +228,7 @@ class TaskEvals:
     def _intercode(self, task: Any, chat: Any) -> tuple[list, dict]:
         """InterCode-Bash's or -CTF's episodes at eval.turns turns (the protocol's dialogue limit),
         leaving out the tasks the sandbox cannot run (counted), as the suite's row does."""
-        import importlib
-
-        proto = importlib.import_module(type(task).__module__.rsplit(".", 1)[0] + ".protocol")
+        proto: Any = ctf_protocol if isinstance(task, InterCodeCtfTask) else bash_protocol
         runnable = [p for p in task.problems if not task.skip_reason(p)]
         skipped = len(task.problems) - len(runnable)
         task = copy.copy(task)

@@ -72,8 +72,6 @@ def missing_tools(words: set, packages: tuple, table: dict) -> Optional[str]:
 class InterCodeBashTask:
     """InterCode-Bash on one copy of InterCode's files."""
 
-    intercode_shell = True  # played by InterCode's shell runner (the suite's and training's one branch for both)
-
     name = "intercode_bash"
 
     def __init__(self, files: RepoFiles, file_systems: Optional[tuple] = None):

@@ -56,8 +56,6 @@ def _problems(text: str, where: str) -> list[CtfProblem]:
 class InterCodeCtfTask:
     """InterCode-CTF on one copy of InterCode's files."""
 
-    intercode_shell = True  # played by InterCode's shell runner (the suite's and training's one branch for both)
-
     name = "intercode_ctf"
 
     def __init__(self, files: RepoFiles):

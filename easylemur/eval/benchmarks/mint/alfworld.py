@@ -41,7 +41,7 @@ from easylemur.errors import InputError, RunError
 from easylemur.eval.api.task import MissingData
 from easylemur.eval.benchmarks.mint.files import MINT
 from easylemur.eval.benchmarks.mint.tasks import MintProblem, MintTask, TaskSpec
-from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles, assigned, fstrings, scope, strings
+from easylemur.eval.benchmarks.published import PublishedFilesError, RepoFiles, assigned, fstrings, scope, strings, yaml_mapping
 from easylemur.eval.sandbox import HostTool
 
 GAMES = "data/processed/alfworld"
@@ -102,9 +102,9 @@ def _prompt_head(tree: ast.AST, where: str) -> str:
     return heads[0]
 
 
-def read_tools(files: RepoFiles) -> tuple[AlfworldTool, ...]:
-    """MINT's ALFWorld tools in the order of its ALFWORLD_TOOL_CLS (the order the model is told them)."""
-    tree, where = files.tree(TOOLS_FILE)
+def read_tools(tree: ast.Module, where: str) -> tuple[AlfworldTool, ...]:
+    """MINT's ALFWorld tools (`mint/tools/alfworld.py`'s syntax tree) in the order of its
+    ALFWORLD_TOOL_CLS (the order the model is told them)."""
     env: dict = {}
     for node in tree.body:  # the module's string templates
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -218,13 +218,13 @@ class AlfworldTask(MintTask):
         tree, where = files.tree(TASK_FILE)
         self.prefixes: dict = assigned(tree, where, "", "PREFIXES")
         self.prompt_head = _prompt_head(tree, where)
-        self.tools = read_tools(files)
         tools_tree, tools_where = files.tree(TOOLS_FILE)
+        self.tools = read_tools(tools_tree, tools_where)
         arrive = strings(tools_tree, tools_where, "process_ob")  # the prefix, and where it ends
         if len(arrive) != 2:
             raise PublishedFilesError(f"{tools_where}: process_ob has {len(arrive)} strings, the pinned commit 2")
         self.arrive = (arrive[0], arrive[1])
-        config = _yaml(files.text(f"{GAMES}/base_config.yaml"), files.where(f"{GAMES}/base_config.yaml"))
+        config = yaml_mapping(files.text(f"{GAMES}/base_config.yaml"), files.where(f"{GAMES}/base_config.yaml"))
         try:
             method = config["general"]["training_method"]
             self.max_game_steps = int(config[method]["training"]["max_nb_steps_per_episode"])
@@ -264,17 +264,6 @@ class AlfworldTask(MintTask):
         kind = p.record["task_type"]  # type: ignore[index]
         return {"task_name": f"alfworld/{kind}", "task_id": p.task_id, "prompt": p.prompt, "reference": p.reference,
                 "metadata": {"task_type": kind}}
-
-
-def _yaml(text: str, where: str) -> dict:
-    import yaml
-    try:
-        out = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise PublishedFilesError(f"{where}: not YAML ({e})") from None
-    if not isinstance(out, dict):
-        raise PublishedFilesError(f"{where}: expected a mapping")
-    return out
 
 
 def build(data: Optional[str], variant: str = "", prompt_format: str = "base") -> AlfworldTask:
