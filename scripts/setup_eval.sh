@@ -38,6 +38,9 @@ apt_install column bsdextrautils
 apt_install cpio cpio
 apt_install jq jq
 apt_install pstree psmisc
+# WebArena's browser (easylemur/eval/benchmarks/webarena/browser.py): Playwright drives Debian's Chromium
+# (Playwright's own browser builds are a download from its CDN, not a package)
+apt_install /usr/bin/chromium chromium
 # InterCode-CTF's tools (its image's sleuthkit, netcat, unzip, gdb, poppler-utils, and pycryptodome as Debian packages it)
 apt_install srch_strings sleuthkit
 apt_install nc netcat-openbsd

@@ -147,3 +147,12 @@ def checkout_runs_untouched():
     changed = sorted(set(before) ^ set(after) | {p for p in before if p in after and before[p] != after[p]})
     assert not changed, f"tests wrote under {ROOT / 'runs'}: {changed[:5]}"
 
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The modules holding a whole user flow (marker e2e: minutes each) run first, each module's
+    tests kept together and in order: with two workers on two cores, a long test started last
+    leaves the other core idle until it ends (the suite is CPU-bound, so that idle time is the
+    run's tail)."""
+    heavy = {item.module.__name__ for item in items if item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: item.module.__name__ not in heavy)  # stable: the rest keeps its order

@@ -282,6 +282,9 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     from test_intercode_sql import write_intercode  # InterCode's layout, its own tasks and dump
 
     write_intercode(data / "intercode")
+    from webarena_fixture import write_repo  # WebArena's files; no deployment given: its row says what to pass
+
+    write_repo(data / "webarena")
     out = tmp_path / "table"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     # the reference run is a base model (no chat template): its chat rows chat in ChatML's, given
@@ -316,6 +319,7 @@ def test_a_checkpoint_runs_the_whole_suite_end_to_end(reference_run, problems, t
     for name in ("mmlu", "bbh", "gsm8k"):  # offline: at once, saying how to place a copy of the dataset
         assert rows[name]["skipped"].startswith("lm-eval") and "place a copy" in rows[name]["skipped"], rows[name]
     assert rows["m_humaneval_fb"]["skipped"].startswith("natural-language feedback needs --feedback-endpoint")
+    assert "pass --webarena URL_MAP" in rows["webarena"]["skipped"], rows["webarena"]
     records = (out / "m_gsm8k" / "k=2" / "results.jsonl").read_text().splitlines()
     assert len(records) == 1 and all(json.loads(r)["state"]["finished"] for r in records)
     assert "| **" in (out / "table.md").read_text()

@@ -49,6 +49,7 @@ _INTERCODE = "InterCode's repository at its pinned commit (easylemur/eval/benchm
 _CAP = "Code as Policies' RoboCodeGen notebook at its pinned commit (easylemur/eval/benchmarks/robocodegen/files.py)"
 _CAP_HINT = ("Code as Policies' notebook 'Experiment_ Robot Code-Gen Benchmark.ipynb' (github.com/google-research/"
              "google-research, code_as_policies/)")
+_WEBARENA = "WebArena's repository at its pinned commit (easylemur/eval/benchmarks/webarena/files.py)"
 _B = "easylemur.eval.benchmarks"
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval", SINGLE_TURN, f"{_B}.humaneval:single_turn", _HE, shipped=True, title="HumanEval",
@@ -83,6 +84,10 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("intercode_ctf", AGENT, f"{_B}.intercode_ctf.task:build", ("intercode",), fetched=_INTERCODE,
               title="InterCode-CTF", data_hint="a clone of Lemur's fork of InterCode (github.com/OpenLemur/intercode): "
                                                "its data/ctf/task_assets/ folder cannot be fetched file by file"),
+    Benchmark("webarena", AGENT, f"{_B}.webarena.task:build", ("webarena",), fetched=_WEBARENA, title="WebArena",
+              data_hint="a copy of WebArena's repository (github.com/web-arena-x/webarena); the sites are your own "
+                        "deployment, given by --webarena URL_MAP",
+              in_training=False),  # a deployment of five web sites and a browser: `eval suite` only
     Benchmark("robocodegen", SINGLE_TURN, f"{_B}.robocodegen.task:single_turn", ("google-research", "code_as_policies"),
               fetched=_CAP, title="RoboCodeGen", data_hint=_CAP_HINT),
     Benchmark("robocodegen_agent", AGENT, f"{_B}.robocodegen.task:agent", ("google-research", "code_as_policies"),

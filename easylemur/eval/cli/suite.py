@@ -139,6 +139,12 @@ def _parser() -> argparse.ArgumentParser:
     mint.add_argument("--wikipedia", default="online", metavar="online|off|FILE",
                       help="MINT's wikipedia_search tool: the live Wikipedia API (default), off (its no-result text), "
                            "or a JSONL file of {title, summary} pages searched offline")
+    web = parser.add_argument_group("WebArena (webarena)")
+    web.add_argument("--webarena", default="", metavar="URL_MAP",
+                     help="your deployment of WebArena's sites: a JSON file (or site=URL,...) of shopping, shopping_admin, "
+                          "reddit, gitlab, wikipedia, map, homepage -> base URL, and auth -> the folder of login states "
+                          "WebArena's browser_env/auto_login.py writes (default: $EASYLEMUR_WEBARENA); without it the row "
+                          "is skipped")
     add_debug_flag(parser)
     return parser
 

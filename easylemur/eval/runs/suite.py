@@ -321,6 +321,23 @@ def run_intercode_sql(name: str, spec: dict, task: Any, access: ModelAccess, san
             "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
 
 
+def _runnable(task: Any, none_left: str) -> tuple[list, dict[str, int]]:
+    """Keeps in `task.problems` those its `skip_reason` lets run: (them, {reason: count} of the
+    rest); a Skip saying `none_left` and the reasons when none is left."""
+    skipped: dict[str, int] = {}
+    runnable = []
+    for p in task.problems:
+        why = task.skip_reason(p)
+        if why:
+            skipped[why] = skipped.get(why, 0) + 1
+        else:
+            runnable.append(p)
+    if not runnable:
+        raise Skip(f"{none_left} ({'; '.join(skipped)})")
+    task.problems = runnable
+    return runnable, skipped
+
+
 def run_intercode_shell(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any,
                         out: Path) -> dict:
     """InterCode-Bash and InterCode-CTF by InterCode's protocol (`benchmarks/intercode_bash/`,
@@ -360,17 +377,7 @@ def run_intercode_shell(name: str, spec: dict, task: Any, access: ModelAccess, s
     if policy not in ("lemur", "chat"):
         raise InputError(f"task {name!r}: policy must be lemur (the fork's hf_chat, Lemur's rows) or chat (GPT-3.5's)")
     max_tokens = int(spec.get("max_tokens", proto.MAX_TOKENS))
-    skipped: dict[str, int] = {}
-    runnable = []
-    for p in task.problems:
-        why = task.skip_reason(p)
-        if why:
-            skipped[why] = skipped.get(why, 0) + 1
-        else:
-            runnable.append(p)
-    if not runnable:
-        raise Skip(f"every task needs what the sandbox cannot give ({'; '.join(skipped)})")
-    task.problems = runnable
+    runnable, skipped = _runnable(task, "every task needs what the sandbox cannot give")
 
     def model(prompt: Any, stop: Sequence[str]) -> str:
         """A text (CTF's fork: the ChatML text and "Action:") is completed; messages are chatted with."""
@@ -397,6 +404,53 @@ def run_intercode_shell(name: str, spec: dict, task: Any, access: ModelAccess, s
             "episodes_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
 
 
+def run_webarena(name: str, spec: dict, task: Any, access: ModelAccess, args: Any, out: Path) -> dict:
+    """WebArena by its runner's protocol (`benchmarks/webarena/`) on the user's deployment of its
+    sites (--webarena URL_MAP), through Debian's Chromium: up to 30 actions per task, WebArena's
+    evaluators on the last page; success is a score of 1. Tasks that cannot be played or judged
+    here (a site not in the map, a login state not given, an LLM judge, a site-API helper) are
+    skipped and counted. The episodes go to OUT/<row>/results.jsonl, one record per task."""
+    import os
+
+    from easylemur.eval.benchmarks.webarena import protocol
+    from easylemur.eval.benchmarks.webarena.task import URL_MAP_ENV, parse_url_map
+
+    value = getattr(args, "webarena", "") or os.environ.get(URL_MAP_ENV, "")
+    if not value:
+        raise Skip("WebArena is played on your own deployment of its sites (github.com/web-arena-x/webarena, "
+                   "environment_docker/): pass --webarena URL_MAP")
+    task.url_map = parse_url_map(value, task.site_names)
+    from easylemur.eval.benchmarks.webarena.browser import chromium_problem
+
+    why = chromium_problem()
+    if why:
+        raise Skip(why)
+    runnable, skipped = _runnable(task, "no task can be played on this deployment")
+    max_tokens = int(spec.get("max_tokens", task.texts.run["max_tokens"]))
+    temperature = float(spec.get("temperature", 0.0))
+    truncate = None
+    if access.loaded is not None and access.loaded.tokenizer is not None:
+        tok, n = access.loaded.tokenizer, int(task.texts.run["max_obs_length"])
+
+        def truncate(text: str) -> str:  # WebArena's cut: the first max_obs_length tokens, decoded
+            return tok.decode(tok.encode(text)[:n])
+
+    def model(messages: list, stop: Sequence[str]) -> str:
+        return access.client.chat(messages, max_tokens=max_tokens, temperature=temperature, seed=args.seed, stop=stop)
+
+    t = time.perf_counter()
+    with _progress(name, "played", len(runnable), "tasks") as progress:
+        records = protocol.run_tasks(task, model, truncate=truncate, progress=progress)
+    seconds_run = time.perf_counter() - t
+    write_jsonl(out / "results.jsonl", records)
+    errors = sum(bool(r.get("easylemur", {}).get("errors")) for r in records)
+    rate = protocol.success_rate(records)
+    return {"score": rate, "metric": "success", "success": rate, "n": len(records), "skipped_problems": skipped,
+            "errors": errors, "observation_cut": "model tokenizer" if truncate else "none (an endpoint)",
+            **lost_fields(sum(bool(lost_reason(r)) for r in records), len(records)),
+            "tasks_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
+
+
 def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
     from easylemur.eval.benchmarks.intercode_bash.task import InterCodeBashTask
     from easylemur.eval.benchmarks.intercode_ctf.task import InterCodeCtfTask
@@ -409,6 +463,10 @@ def run_agent(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sa
         return run_intercode_sql(name, spec, task, access, sandbox, args, out)
     if isinstance(task, (InterCodeBashTask, InterCodeCtfTask)):
         return run_intercode_shell(name, spec, task, access, sandbox, args, out)
+    from easylemur.eval.benchmarks.webarena.task import WebArenaTask
+
+    if isinstance(task, WebArenaTask):
+        return run_webarena(name, spec, task, access, args, out)
     turns = int(spec.get("turns", 5))
     feedback = str(spec.get("feedback", "exec"))
     max_tokens = int(spec.get("max_tokens", args.max_tokens))
