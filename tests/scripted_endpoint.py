@@ -20,6 +20,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, body) -> None:
+    """A JSON answer from a test server's request handler."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class ScriptedEndpoint:
     def __init__(self, chat: Optional[Callable[[list], str]] = None, complete: Optional[Callable[[object], str]] = None,
                  model: str = "scripted", faults: Optional[Callable[[dict, int], Optional[str]]] = None,
@@ -36,12 +46,7 @@ class ScriptedEndpoint:
                 pass
 
             def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def do_GET(self) -> None:
                 if self.path == "/v1/models":

@@ -51,14 +51,16 @@ def test_texts_tasks_and_skips_come_from_the_files(task, site):
     assert t.run["max_steps"] == 6 and t.run["parsing_failure_th"] == 2 and t.run["max_tokens"] == 384
     assert t.sites == {"REDDIT": "http://reddit.com", "SHOPPING": "http://onestopmarket.com"}
     assert t.intro.startswith("You are a fixture agent") and t.action_splitter == "```"
-    assert [p.task_id for p in task.problems] == list(range(8))
+    assert [p.task_id for p in task.problems] == list(range(10))
     config = task.configured(task.problems[2])
     assert config["start_url"] == f"{site.url}/index.html"
     assert config["eval"]["reference_url"] == f"{site.url}/search.html?q=fax"
     reasons = {p.task_id: task.skip_reason(p) for p in task.problems}
-    assert all(reasons[i] is None for i in range(4)), reasons
+    assert all(reasons[i] is None for i in (0, 1, 2, 3, 7)), reasons
     assert "LLM" in reasons[4] and "reddit is not in --webarena's map" in reasons[5]
-    assert "logged in" in reasons[6] and "shopping_get_latest_order_url" in reasons[7]
+    assert "logged in" in reasons[6] and "LLM" in reasons[8] and "helper gitlab_get_issue_count, not known" in reasons[9]
+    task.judge = lambda *a: 1.0  # with a judge, the fuzzy_match tasks are played
+    assert task.skip_reason(task.problems[4]) is None and task.skip_reason(task.problems[8]) is None
 
 
 def test_url_map_from_a_file_or_inline_and_its_errors(tmp_path):
@@ -125,6 +127,7 @@ SCRIPTS = {  # task_id: (correct, wrong)
     1: ([_office, "stop [HP Inkjet Fax Machine]"], ["stop [Printers]"]),
     2: ([_search("fax"), "stop []"], [_search("printer"), "stop []"]),
     3: (["goto [http://onestopmarket.com/office.html]", "stop []"], ["stop []"]),
+    7: (["stop []"], None),  # judged on the shop's state (its newest order's page), not the episode
 }
 
 
@@ -133,16 +136,17 @@ SCRIPTS = {  # task_id: (correct, wrong)
 def test_scripted_episodes_pass_and_wrong_ones_fail_in_chromium(task, site, browser):
     for task_id, (good, wrong) in SCRIPTS.items():
         p = task.problems[task_id]
-        for steps, want in ((good, 1.0), (wrong, 0.0)):
+        for steps, want in ((good, 1.0), (wrong, 0.0))[:2 if wrong else 1]:
             seen: list = []
             record = protocol.play(task, p, scripted(steps, seen), browser=browser, wait=0)
             assert record["score"] == want, (task_id, want, record)
+            if task_id == 3 and want == 0.0:  # the wrong run stayed where it began
+                assert record["final_url"] == f"{site.url}/index.html"
         # the prompt's URL line shows the site by its real-world URL (the observation is left as the
         # browser gives it, as WebArena leaves it), and the model's URLs go to the deployment (task 3)
         first = seen[0][-1]["content"]
         assert "\nURL: http://onestopmarket.com/index.html\n" in first and f"URL: {site.url}" not in first
         assert seen[0][0]["role"] == "system" and seen[0][1]["name"] == "example_user"
-    assert record["final_url"] == f"{site.url}/index.html"  # task 3's wrong run stayed where it began
 
 
 @needs_browser
@@ -170,8 +174,9 @@ def test_the_suite_row_is_skipped_without_a_deployment(task, tmp_path, monkeypat
 @needs_browser
 @pytest.mark.slow
 def test_the_suite_row_plays_the_runnable_tasks_and_counts_the_skips(task, site, tmp_path):
-    """run_webarena on the fixture's deployment: the four playable tasks in one Chromium, each
-    answered by its correct script (the row's score: 1.0), the other four skipped per reason."""
+    """run_webarena on the fixture's deployment: the five playable tasks in one Chromium, each
+    answered by its correct script (the row's score: 1.0), the other five skipped per reason
+    (no judge is given: the two fuzzy_match tasks share one)."""
     from easylemur.eval.runs.suite import run_webarena
 
     by_intent = {p.intent: SCRIPTS[p.task_id][0] for p in task.problems if p.task_id in SCRIPTS}
@@ -189,7 +194,75 @@ def test_the_suite_row_plays_the_runnable_tasks_and_counts_the_skips(task, site,
     # module's `browser` may hold this one's
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         row = pool.submit(run_webarena, "webarena", {}, task, access, args, tmp_path).result()
-    assert row["score"] == 1.0 and row["n"] == 4 and row["errors"] == 0, (row, (tmp_path / "results.jsonl").read_text())
-    assert sum(row["skipped_problems"].values()) == 4 and len(row["skipped_problems"]) == 4, row
+    assert row["score"] == 1.0 and row["n"] == 5 and row["errors"] == 0, (row, (tmp_path / "results.jsonl").read_text())
+    assert sum(row["skipped_problems"].values()) == 5 and len(row["skipped_problems"]) == 4, row
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert [r["task_id"] for r in records] == [0, 1, 2, 3] and all(r["score"] == 1.0 for r in records)
+    assert [r["task_id"] for r in records] == [0, 1, 2, 3, 7] and all(r["score"] == 1.0 for r in records)
+
+
+def test_the_llm_judge_is_webarenas_messages_and_verdicts(task):
+    from easylemur.eval.benchmarks.webarena.judge import JudgeError, load_judge, make_judge, verdict
+
+    texts = load_judge(task.files)
+    assert texts.settings == {"model": "fixture-judge", "temperature": 0, "max_tokens": 64, "top_p": 1.0}
+    assert texts.messages("fuzzy", "4 stars", "four stars", "How many stars?") == [
+        {"role": "system", "content": "You are a fixture judge"},
+        {"role": "user", "content": "Fixture grader: is the student's answer the reference's?\nquestion: How many stars?\n"
+                                    "reference answer: four stars\nstudent answer: 4 stars\n"
+                                    "Say correct/incorrect/partially correct."}]
+    assert [verdict("fuzzy", r) for r in ("Correct.", "It is partially correct", "INCORRECT")] == [1.0, 0.0, 0.0]
+    assert [verdict("ua", r) for r in ("the same", "Different")] == [1.0, 0.0]
+    with pytest.raises(JudgeError):
+        verdict("fuzzy", "I cannot tell")
+    asked: list = []
+
+    def chat(messages, stop):
+        asked.append(messages[-1]["content"])
+        return "correct" if "student answer: 4 stars" in messages[-1]["content"] else "same" \
+            if "no phone" in messages[-1]["content"] else "incorrect"
+
+    judge = make_judge(texts, chat)
+    fuzzy, na = task.configured(task.problems[4]), task.configured(task.problems[8])
+    assert evaluators.string_score(fuzzy, "4 stars", judge) == 1.0  # the cleaned answer is what is judged
+    assert evaluators.string_score(fuzzy, "2 stars", judge) == 0.0
+    n = len(asked)
+    assert evaluators.string_score(na, ' "N/A" ', judge) == 1.0 and len(asked) == n  # "N/A" itself: no judge
+    assert evaluators.string_score(na, "There is no phone listed", judge) == 1.0  # ua_match: the reasons agree
+    assert "actual reason: the shop lists no phone number" in asked[-1]
+    with pytest.raises(ValueError, match="needs the LLM judge"):
+        evaluators.string_score(fuzzy, "4 stars")
+
+
+def test_helpers_are_called_by_name_never_evaluated(task, site):
+    from easylemur.eval.benchmarks.webarena import helpers
+
+    assert helpers.reddit_get_post_url("http://h:9/f/books/59421/comment/123") == "http://h:9/f/books/59421/"
+    assert helpers.reddit_get_post_url("http://h:9/forums/all") == "http://h:9/forums/all"
+    known = task.helpers()
+    assert helpers.call("reddit_get_post_url('http://h/f/a/1/x')", None, known) == "http://h/f/a/1/"
+    for bad in ("__import__('os').system('true')", "reddit_get_post_url(url='x')", "os.getcwd()", "x +"):
+        with pytest.raises(helpers.HelperError):
+            helpers.call(bad, None, known)
+    # the shop's REST API, with env_config.py's admin account
+    assert known["shopping_get_latest_order_url"]() == f"{site.url}/sales/order/view/order_id/187/"
+    assert known["shopping_get_sku_latest_review_author"]("SKU1") == "Lily"  # the last review
+    assert known["shopping_get_sku_latest_review_rating"]("SKU1") == "60"
+    assert known["shopping_get_sku_latest_review_author"]("SKU2") == ""
+    with pytest.raises(helpers.HelperError, match="404"):
+        known["shopping_get_sku_latest_review_rating"]("SKU3")
+
+
+@needs_browser
+def test_func_targets_judge_through_the_helpers(task, site, browser):
+    """program_html's func: URL and locator, as WebArena's HTMLContentEvaluator calls them."""
+    config = {"task_id": 9, "eval": {"eval_types": ["program_html"], "program_html": [
+        {"url": f"{site.url}/members.html", "locator": "func:gitlab_get_project_memeber_role(__page__, 'yjlou')",
+         "required_contents": {"must_include": ["Guest"]}},
+        {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('SKU1')",
+         "required_contents": {"exact_match": "lily"}},
+        {"url": "func:reddit_get_post_url('__last_url__')", "locator": "",
+         "required_contents": {"must_include": ["yjlou"]}}]}}
+    browser.reset(f"{site.url}/index.html")
+    assert evaluators.evaluate(config, "", browser.page, wait=0, helpers=task.helpers()) == 1.0
+    config["eval"]["program_html"][0]["locator"] = "func:gitlab_get_project_memeber_role(__page__, 'nobody')"
+    assert evaluators.evaluate(config, "", browser.page, wait=0, helpers=task.helpers()) == 0.0

@@ -1,10 +1,11 @@
 """A miniature of WebArena's repository and a site made for the tests: WebArena's layout and
 formats (`config_files/test.raw.json` with `__SHOPPING__` placeholders, the CoT prompt file
 `agent/prompts/raw/p_cot_id_actree_2s.py` as a `prompt` dict, `run.py`'s argparse defaults,
-`browser_env/env_config.py`'s URL_MAPPINGS) with the fixture's own shorter texts, and a small shop
+`browser_env/env_config.py`'s URL_MAPPINGS, the LLM judge's functions in
+`evaluation_harness/helper_functions.py`) with the fixture's own shorter texts, and a small shop
 served from a folder on the loopback. Its tasks cover each evaluator kind (string_match's
-exact_match and must_include, url_match, program_html with a JavaScript locator and with the whole
-page) and each reason a task is skipped."""
+exact_match, must_include and fuzzy_match (a reference and "N/A"), url_match, program_html with a
+JavaScript locator and with the whole page) and each reason a task is skipped."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import http.server
 import json
 import threading
 from pathlib import Path
+
+from scripted_endpoint import send_json
 
 PROMPT = '''prompt = {
 \t"intro": """You are a fixture agent browsing a shop. Issue one action at a time.
@@ -66,10 +69,54 @@ ENV_CONFIG = '''import os
 SHOPPING = os.environ.get("SHOPPING", "")
 REDDIT = os.environ.get("REDDIT", "")
 
+ACCOUNTS = {
+    "shopping_site_admin": {"username": "fixture-admin", "password": "fixture-pass"},
+}
+
 URL_MAPPINGS = {
     REDDIT: "http://reddit.com",
     SHOPPING: "http://onestopmarket.com",
 }
+'''
+
+HELPERS = '''from typing import Any
+
+
+def llm_fuzzy_match(pred: str, reference: str, question: str) -> float:
+    messages: list[dict[str, Any]] = []
+    message = "Fixture grader: is the student's answer the reference's?\\n"
+    message += f"question: {question}\\n"
+    message += f"reference answer: {reference}\\n"
+    message += f"student answer: {pred}\\n"
+    message += "Say correct/incorrect/partially correct."
+    messages = [
+        {"role": "system", "content": "You are a fixture judge"},
+        {"role": "user", "content": message},
+    ]
+    response = generate_from_openai_chat_completion(
+        model="fixture-judge", messages=messages, temperature=0, max_tokens=64, top_p=1.0, context_length=0,
+    ).lower()
+    return 0.0 if "incorrect" in response else 1.0
+
+
+def llm_ua_match(pred: str, reference: str, question: str) -> float:
+    messages: list[dict[str, Any]] = []
+    message = ""
+    message += f"task: {question}\\n"
+    message += f"actual reason: {reference}\\n"
+    message += f"reported reason: {pred}\\n"
+    message += (
+        "Respond with 'same' "
+        "or 'different'."
+    )
+    messages = [
+        {"role": "system", "content": "You are a fixture judge"},
+        {"role": "user", "content": message},
+    ]
+    response = generate_from_openai_chat_completion(
+        model="fixture-judge", messages=messages, temperature=0, max_tokens=64, top_p=1.0, context_length=0,
+    ).lower()
+    return 0.0 if "different" in response else 1.0
 '''
 
 PAGES = {
@@ -85,6 +132,23 @@ PAGES = {
 <a href="index.html">Home</a>
 </body></html>""",
     "search.html": """<html><head><title>Search</title></head><body><h1>Search results</h1></body></html>""",
+    # a GitLab project's members table, as WebArena's gitlab_get_project_memeber_role reads it
+    "members.html": """<html><body><table>
+<tr><td data-label="Account"><span class="gl-avatar-labeled-sublabel">@byteblaze</span></td>
+<td class="col-max-role"><span>Owner</span></td></tr>
+<tr><td data-label="Account"><span class="gl-avatar-labeled-sublabel">@yjlou</span></td>
+<td class="col-max-role"><span>Guest</span></td></tr>
+</table></body></html>""",
+}
+PAGES["sales/order/view/order_id/187/index.html"] = "<html><body><h1>Order # 000000187</h1></body></html>"
+TOKEN = "fixture-token"
+# the shop's REST API as Magento answers WebArena's helpers (with the admin token only)
+REST = {
+    "/rest/V1/orders": {"items": [{"increment_id": "000000187", "created_at": "2023-05-01"}]},
+    "/rest/V1/products/SKU1/reviews": [
+        {"nickname": "Emma", "ratings": [{"rating_name": "Rating", "percent": 80}]},
+        {"nickname": "Lily", "ratings": [{"rating_name": "Rating", "percent": 60}]}],
+    "/rest/V1/products/SKU2/reviews": [],
 }
 
 
@@ -117,7 +181,13 @@ TASKS = [
     task(6, "Show my orders", {"eval_types": ["string_match"], "reference_answers": {"exact_match": "x"}},
          storage_state="./.auth/shopping_state.json"),
     task(7, "Show the latest order", {"eval_types": ["program_html"], "program_html": [
-        {"url": "func:shopping_get_latest_order_url()", "locator": "", "required_contents": {"must_include": ["x"]}}]}),
+        {"url": "func:shopping_get_latest_order_url()", "locator": "document.querySelector('h1').outerText",
+         "required_contents": {"exact_match": "Order # 000000187"}}]}),
+    task(8, "What is the phone number of the shop",
+         {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": "N/A"},
+          "string_note": "the shop lists no phone number"}),
+    task(9, "Count the open issues", {"eval_types": ["program_html"], "program_html": [
+        {"url": "last", "locator": "func:gitlab_get_issue_count(__page__)", "required_contents": {"exact_match": "3"}}]}),
 ]
 
 
@@ -125,7 +195,7 @@ def write_repo(root: Path) -> Path:
     """The miniature repository under `root` (returned)."""
     files = {"config_files/test.raw.json": json.dumps(TASKS, indent=2),
              "agent/prompts/raw/p_cot_id_actree_2s.py": PROMPT, "run.py": RUN,
-             "browser_env/env_config.py": ENV_CONFIG}
+             "browser_env/env_config.py": ENV_CONFIG, "evaluation_harness/helper_functions.py": HELPERS}
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
@@ -137,6 +207,7 @@ class Site:
 
     def __init__(self, folder: Path):
         for name, text in PAGES.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text(text)
         handler = functools.partial(_Quiet, directory=str(folder))
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -149,5 +220,27 @@ class Site:
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
+    """The shop's pages, and its REST API (REST) behind the fixture admin's token."""
+
     def log_message(self, *args) -> None:  # the tests' output stays theirs
         pass
+
+    def _json(self, status: int, body) -> None:
+        send_json(self, status, body)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path == "/rest/default/V1/integration/admin/token" and body == {"username": "fixture-admin",
+                                                                               "password": "fixture-pass"}:
+            return self._json(200, TOKEN)
+        self._json(401, {"message": "wrong account"})
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        if path.startswith("/rest/"):
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                return self._json(401, {"message": "no token"})
+            if path == "/rest/V1/orders" and "created_at" not in self.path:
+                return self._json(400, {"message": "unsorted"})
+            return self._json(200, REST[path]) if path in REST else self._json(404, {"message": "none"})
+        super().do_GET()

@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
                            "run (faster; labelled so in the table)")
     mint.add_argument("--feedback-endpoint", default="",
                       help="the critic of the _fb rows: an OpenAI-compatible base URL (the paper: GPT-4); without it "
-                           "those rows are skipped")
+                           "those rows are skipped. Also WebArena's LLM judge of its fuzzy_match tasks (WebArena: GPT-4)")
     mint.add_argument("--feedback-model", default="", help="model id sent to --feedback-endpoint (default: its first)")
     mint.add_argument("--feedback-api-key", default="", help="bearer token for --feedback-endpoint")
     mint.add_argument("--mint-checks", choices=("pinned", "paper"), default=None,

@@ -194,13 +194,20 @@ def run_code(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     return row
 
 
+def _feedback_client(args: Any) -> Any:
+    """The client of --feedback-endpoint: MINT's critic, WebArena's judge (the paper's GPT-4)."""
+    from easylemur.eval.backends.access import client_options
+    from easylemur.eval.backends.client import Client
+
+    return Client(args.feedback_endpoint, getattr(args, "feedback_model", "") or "",
+                  api_key=getattr(args, "feedback_api_key", "") or "", **client_options(args))
+
+
 def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: Sandbox, args: Any, out: Path) -> dict:
     """One of MINT's tasks by MINT's protocol (`benchmarks/mint/`): a run per turn budget k = 1..K
     (MINT's maxK_pP runs; `budgets: one-run` reads every k off one K-step run instead), or with
     natural-language feedback from a second model, MINT's feedback run at K. Each run's episodes
     go to OUT/<row>/k=<k>/results.jsonl in MINT's own format."""
-    from easylemur.eval.backends.access import client_options
-    from easylemur.eval.backends.client import Client
     from easylemur.eval.benchmarks.mint.checks import RULES
     from easylemur.eval.benchmarks.mint.protocol import FEEDBACK_MAX_TOKENS, MAX_TOKENS, run_budget, solved_within, \
         success_rate
@@ -224,8 +231,7 @@ def run_mint(name: str, spec: dict, task: Any, access: ModelAccess, sandbox: San
     if feedback == "llm":
         if not getattr(args, "feedback_endpoint", None):
             raise Skip("natural-language feedback needs --feedback-endpoint URL (MINT's critic was gpt-4-0613)")
-        fb = Client(args.feedback_endpoint, getattr(args, "feedback_model", "") or "",
-                    api_key=getattr(args, "feedback_api_key", "") or "", **client_options(args))
+        fb = _feedback_client(args)
         critic = lambda messages, stop: fb.chat(messages, max_tokens=FEEDBACK_MAX_TOKENS,  # noqa: E731
                                                 temperature=0.0, seed=seed, stop=stop)
 
@@ -425,6 +431,16 @@ def run_webarena(name: str, spec: dict, task: Any, access: ModelAccess, args: An
     why = chromium_problem()
     if why:
         raise Skip(why)
+    judge_model = "none"
+    if getattr(args, "feedback_endpoint", None):  # WebArena's LLM judge (GPT-4 there): its fuzzy_match tasks
+        from easylemur.eval.benchmarks.webarena.judge import load_judge, make_judge
+
+        texts = load_judge(task.files)
+        judge = _feedback_client(args)
+        judge_model = judge.model or args.feedback_endpoint
+        task.judge = make_judge(texts, lambda messages, stop: judge.chat(
+            messages, max_tokens=int(texts.settings["max_tokens"]), temperature=float(texts.settings["temperature"]),
+            seed=args.seed, stop=stop))
     runnable, skipped = _runnable(task, "no task can be played on this deployment")
     max_tokens = int(spec.get("max_tokens", task.texts.run["max_tokens"]))
     temperature = float(spec.get("temperature", 0.0))
@@ -446,7 +462,8 @@ def run_webarena(name: str, spec: dict, task: Any, access: ModelAccess, args: An
     errors = sum(bool(r.get("easylemur", {}).get("errors")) for r in records)
     rate = protocol.success_rate(records)
     return {"score": rate, "metric": "success", "success": rate, "n": len(records), "skipped_problems": skipped,
-            "errors": errors, "observation_cut": "model tokenizer" if truncate else "none (an endpoint)",
+            "errors": errors, "judge": judge_model,
+            "observation_cut": "model tokenizer" if truncate else "none (an endpoint)",
             **lost_fields(sum(bool(lost_reason(r)) for r in records), len(records)),
             "tasks_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
 

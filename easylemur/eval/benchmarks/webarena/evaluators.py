@@ -5,15 +5,17 @@ task's score is the product of its `eval_types`' scores, in their order, each 0.
   cleaned (stripped, one pair of enclosing quotes removed, lower-cased):
   `exact_match`: equal to the cleaned reference; `must_include`: each reference is in it, and
   when the list has one reference of one character, that character must be one of the answer's
-  words (NLTK's word_tokenize); `fuzzy_match` / `ua_match` ask GPT-4 and are not restated here
-  (such tasks are skipped: task.py);
+  words (NLTK's word_tokenize); `fuzzy_match`: each reference judged by the LLM judge
+  (`judge.py`; WebArena's: GPT-4), and a reference "N/A" met by the answer "N/A" itself or, failing
+  that, by the judge comparing the answer with the task's string_note (ua_match);
 - url_match ("GOLD in PRED"): the page's final URL, its trailing "/" removed, holds one of the
   references' host+path, and every query key of the references has one of their values in its
   query;
 - program_html: per target, the page is taken to the target's URL ("last": where the episode
-  ended; each `goto` is followed by WebArena's 3 s wait), the locator is evaluated there (empty:
-  the page's HTML; `document.` / `[...document.`: that JavaScript, after the target's
-  prep_actions, "" when it throws) and HTML-unescaped, then compared by `exact_match` or by
+  ended; `func:`: the URL a helper gives, helpers.py; each `goto` is followed by WebArena's 3 s
+  wait), the locator is evaluated there (empty: the page's HTML; `document.` / `[...document.`:
+  that JavaScript, after the target's prep_actions, "" when it throws; `func:`: a helper's value)
+  and HTML-unescaped, then compared by `exact_match` or by
   `must_include` where each required content may list alternatives joined by " |OR| ".
 
 Difference: word_tokenize needs NLTK's `punkt_tab` data, which is fetched, not installed. Where
@@ -28,9 +30,10 @@ import html
 import re
 import time
 import urllib.parse
-from typing import Any
+from typing import Any, Callable, Optional
 
 GOTO_WAIT = 3.0  # HTMLContentEvaluator's time.sleep(3) after page.goto
+Judge = Callable[[str, str, str, str], float]  # (kind "fuzzy" | "ua", pred, reference, question) -> score (judge.py)
 
 
 def clean_answer(answer: str) -> str:
@@ -63,7 +66,7 @@ def must_include(ref: str, pred: str, tokenize: bool = False) -> float:
     return float(ref in pred)
 
 
-def string_score(config: dict, answer: str) -> float:
+def string_score(config: dict, answer: str, judge: Optional[Judge] = None) -> float:
     pred = clean_answer(answer)
     score = 1.0
     for approach, value in config["eval"]["reference_answers"].items():
@@ -72,8 +75,18 @@ def string_score(config: dict, answer: str) -> float:
         elif approach == "must_include":
             for ref in value:
                 score *= must_include(ref, pred, tokenize=len(value) == 1)
+        elif approach == "fuzzy_match":
+            if judge is None:
+                raise ValueError(f"task {config['task_id']}: fuzzy_match needs the LLM judge")
+            if value == "N/A":  # an unachievable task: "N/A" itself, else the judge compares the reasons
+                score *= exact_match(value, pred)
+                if score != 1:
+                    score = judge("ua", pred, config["eval"]["string_note"], config["intent"])
+            else:
+                for ref in value:
+                    score *= judge("fuzzy", pred, ref, config["intent"])
         else:
-            raise ValueError(f"task {config['task_id']}: {approach} needs an LLM judge (not restated)")
+            raise ValueError(f"task {config['task_id']}: unknown reference_answers kind {approach!r}")
     return score
 
 
@@ -101,12 +114,14 @@ def url_score(config: dict, page_url: str) -> float:
     return score
 
 
-def html_score(config: dict, page: Any, wait: float = GOTO_WAIT) -> float:
+def html_score(config: dict, page: Any, wait: float = GOTO_WAIT, helpers: Optional[dict] = None) -> float:
+    from easylemur.eval.benchmarks.webarena.helpers import call
+
     score = 1.0
     for target in config["eval"]["program_html"]:
         url, locator = target["url"], target["locator"]
         if url.startswith("func"):
-            raise ValueError(f"task {config['task_id']}: its URL comes from a helper (not restated)")
+            url = call(url.split("func:")[1].replace("__last_url__", page.url), page, helpers or {})
         if url != "last":
             page.goto(url)
             time.sleep(wait)
@@ -122,8 +137,10 @@ def html_score(config: dict, page: Any, wait: float = GOTO_WAIT) -> float:
                 selected = str(page.evaluate(f"() => {locator}")) or ""
             except Exception:  # noqa: BLE001 - WebArena: the page is wrong, the selection empty
                 selected = ""
+        elif locator.startswith("func:"):
+            selected = call(locator.split("func:")[1], page, helpers or {})
         else:
-            raise ValueError(f"task {config['task_id']}: locator {locator[:40]!r} calls a helper (not restated)")
+            raise ValueError(f"task {config['task_id']}: unknown locator {locator[:40]!r}")
         selected = html.unescape(selected)
         required = target["required_contents"]
         if "exact_match" in required:
@@ -136,17 +153,20 @@ def html_score(config: dict, page: Any, wait: float = GOTO_WAIT) -> float:
     return score
 
 
-def evaluate(config: dict, answer: str, page: Any, wait: float = GOTO_WAIT) -> float:
+def evaluate(config: dict, answer: str, page: Any, wait: float = GOTO_WAIT, judge: Optional[Judge] = None,
+             helpers: Optional[dict] = None) -> float:
     """The task's score: the product of its eval_types' scores, in their order (WebArena's
-    EvaluatorComb); `answer` is the last action's answer, `page` the episode's last page."""
+    EvaluatorComb); `answer` is the last action's answer, `page` the episode's last page, `judge`
+    WebArena's LLM judge for fuzzy_match references (judge.py), `helpers` the functions a `func:`
+    target calls (helpers.py)."""
     score = 1.0
     for kind in config["eval"]["eval_types"]:
         if kind == "string_match":
-            score *= string_score(config, answer)
+            score *= string_score(config, answer, judge)
         elif kind == "url_match":
             score *= url_score(config, page.url)
         elif kind == "program_html":
-            score *= html_score(config, page, wait)
+            score *= html_score(config, page, wait, helpers)
         else:
             raise ValueError(f"task {config['task_id']}: eval_type {kind} is not supported")
     return score

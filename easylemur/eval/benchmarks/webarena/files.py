@@ -7,7 +7,9 @@ What is read from it: the 812 tasks (`config_files/test.raw.json`: intent, start
 login state, the evaluator's configuration), the prompt WebArena's paper ran (`agent/prompts/raw/
 p_cot_id_actree_2s.py`: intro, two examples, template, answer phrase), `run.py`'s defaults (steps,
 early stops, viewport, sampling, the observation's length) and the sites' names and real-world
-URLs (`browser_env/env_config.py`); all by syntax tree, never run. The sites themselves are the
+URLs (`browser_env/env_config.py`) and the LLM judge's messages and settings
+(`evaluation_harness/helper_functions.py`: llm_fuzzy_match, llm_ua_match); all by syntax tree,
+never run. The sites themselves are the
 user's own deployment (WebArena's Docker images), given by `--webarena URL_MAP`."""
 
 from __future__ import annotations
@@ -21,3 +23,4 @@ TASKS = "config_files/test.raw.json"
 PROMPT = "agent/prompts/raw/p_cot_id_actree_2s.py"
 RUN = "run.py"
 ENV_CONFIG = "browser_env/env_config.py"
+HELPERS = "evaluation_harness/helper_functions.py"  # the LLM judge's messages and settings

@@ -13,7 +13,10 @@ its reply (after the prompt's force_prefix) is read between the first two action
 a reply that does not parse is a no-op action (max_retry 1). A stop action ends the episode;
 anything else runs in the browser. The score is WebArena's evaluators' on the episode's last
 action and last page (`evaluators.py`); success is a score of 1. A request lost after every retry
-(`EndpointLost`) ends the task as lost (`easylemur.lost`): counted in the row, left out of its rate.
+(`EndpointLost`) ends the task as lost (`easylemur.lost`), and an episode that raised (the
+browser, the site, a judge's reply without a verdict) ends in an error (`easylemur.errors`): both
+are counted in the row and left out of its rate, as run.py leaves an errored task out of its
+average.
 
 Differences: the reply is sampled at the suite's temperature (default 0: greedy; WebArena's
 default 1.0 with top_p 0.9), with WebArena's max_tokens (384); the observation is cut by the
@@ -30,6 +33,8 @@ from typing import Any, Callable, Optional, Sequence
 from easylemur.eval.agent.episode import answered
 from easylemur.eval.api.faults import EndpointLost
 from easylemur.eval.benchmarks.webarena.evaluators import GOTO_WAIT, evaluate
+from easylemur.eval.benchmarks.webarena.helpers import HelperError
+from easylemur.eval.benchmarks.webarena.judge import JudgeError
 from easylemur.eval.benchmarks.webarena.task import WebArenaProblem, WebArenaTask
 from easylemur.eval.benchmarks.webarena.texts import WebArenaTexts
 
@@ -157,9 +162,14 @@ def play(task: WebArenaTask, p: WebArenaProblem, model: Model, *, truncate: Opti
         if result.get("fail_error"):
             steps[-1]["fail_error"] = result["fail_error"]
     record["final_url"] = browser.page.url
-    record["score"] = evaluate(config, actions[-1].get("answer", ""), browser.page, wait)
+    extra: dict[str, Any] = {}
+    try:
+        record["score"] = evaluate(config, actions[-1].get("answer", ""), browser.page, wait, task.judge,
+                                   task.helpers())
+    except (JudgeError, HelperError) as e:  # WebArena's assertions: the task ends in an error, outside the average
+        record["score"], extra["errors"] = 0.0, [f"evaluator: {e}"]
     record.update(answer=actions[-1].get("answer", ""), steps=steps,
-                  easylemur={"seconds": round(time.monotonic() - began, 1), "actions": len(actions)})
+                  easylemur={"seconds": round(time.monotonic() - began, 1), "actions": len(actions), **extra})
     return record
 
 
@@ -167,7 +177,7 @@ def run_tasks(task: WebArenaTask, model: Model, *, truncate: Optional[Callable[[
               progress: Optional[Callable[[], None]] = None) -> list[dict]:
     """Every task of `task.problems` in order, one at a time, on one Chromium (each task in a fresh
     context, as WebArena's reset gives it); an episode that fails (the browser, the site) is
-    recorded with its error and a score of 0, and the next one gets a new Chromium."""
+    recorded with its error (outside the rate: `scored`), and the next one gets a new Chromium."""
     from easylemur.eval.benchmarks.webarena.browser import Browser
 
     out: list[dict] = []
@@ -195,7 +205,13 @@ def run_tasks(task: WebArenaTask, model: Model, *, truncate: Optional[Callable[[
     return out
 
 
+def scored(records: Sequence[dict]) -> list[dict]:
+    """The episodes WebArena's average is over: those that ended without an error (run.py leaves a
+    task whose episode raised out of its scores) and that the endpoint answered."""
+    return [r for r in answered(records) if not r.get("easylemur", {}).get("errors")]
+
+
 def success_rate(records: Sequence[dict]) -> float:
-    """The share of the episodes the endpoint answered (`agent.episode.answered`) whose score is 1."""
-    kept = answered(records)
+    """The share of the scored episodes (`scored`) whose score is 1."""
+    kept = scored(records)
     return sum(r["score"] == 1 for r in kept) / max(len(kept), 1)

@@ -10,8 +10,9 @@ and optionally `auth` to a folder of login states (the `<sites>_state.json` file
 
 A task is skipped, counted with the reason, when a site it uses is not in the map; when it starts
 logged in and the map gives no login state for it; when it is judged by an LLM (WebArena's
-`fuzzy_match` / `ua_match`: GPT-4, which easylemur does not call); or when its judge calls a site's
-API through a helper of `evaluation_harness/helper_functions.py` (`func:` in the configuration)."""
+`fuzzy_match`: GPT-4) and no judge is given (`judge`); or when its judge calls a helper of
+`evaluation_harness/helper_functions.py` (`func:` in the configuration, `helpers.py`) that is not
+known here (the shop's helpers need the shopping site in the map)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ class WebArenaTask:
         self.texts: WebArenaTexts = load_texts(files)
         self.problems: list[Any] = _problems(files.text(TASKS), files.where(TASKS))
         self.url_map = dict(url_map or {})
+        self.judge: Any = None  # judge.make_judge's function, where a judge endpoint is given
+        self._shop: Any = None
 
     @property
     def site_names(self) -> list[str]:
@@ -123,13 +126,25 @@ class WebArenaTask:
             if not (Path(self.url_map["auth"]) / os.path.basename(state)).is_file():
                 return f"its login state {os.path.basename(state)} is not in the auth folder"
         answers = p.config["eval"].get("reference_answers") or {}
-        if "fuzzy_match" in answers:
-            return "it is judged by an LLM (WebArena's fuzzy_match / ua_match ask GPT-4), which easylemur does not call"
-        helpers = sorted({m.group(1) for target in p.config["eval"].get("program_html") or []
-                          for m in _FUNC.finditer(f"{target.get('url', '')} {target.get('locator', '')}")})
-        if helpers:
-            return f"its judge calls the site's API through WebArena's helper {', '.join(helpers)}, not restated here"
+        if "fuzzy_match" in answers and self.judge is None:
+            return "it is judged by an LLM (WebArena's fuzzy_match: GPT-4), and no judge was given (--feedback-endpoint)"
+        known = self.helpers()
+        missing = sorted({m.group(1) for target in p.config["eval"].get("program_html") or []
+                          for m in _FUNC.finditer(f"{target.get('url', '')} {target.get('locator', '')}")} - set(known))
+        if missing:
+            return (f"its judge calls WebArena's helper {', '.join(missing)}, not known here (the shop's helpers need "
+                    "the shopping site in the map)")
         return None
+
+    def helpers(self) -> dict:
+        """The functions a `func:` target may call (helpers.py); the shop's need its URL."""
+        from easylemur.eval.benchmarks.webarena.helpers import Shop, functions, shop_admin
+
+        if "shopping" not in self.url_map:
+            return functions(None)
+        if self._shop is None:
+            self._shop = Shop(self.url_map["shopping"], shop_admin(self.files))
+        return functions(self._shop)
 
 
 def build(data: Optional[str], variant: str = "", prompt_format: str = "base", url_map: str = "") -> Any:
