@@ -189,12 +189,16 @@ def test_the_suite_row_plays_the_runnable_tasks_and_counts_the_skips(task, site,
         return model(messages, stop)
 
     access = types.SimpleNamespace(client=types.SimpleNamespace(chat=chat), loaded=None)
-    args = types.SimpleNamespace(webarena=f"shopping={site.url}", seed=0)
+    # an endpoint (no checkpoint) with a local --tokenizer: WebArena's cut of the observation by it
+    from easylemur.tokenizer.spm import DEFAULT_TOKENIZER_PATH
+
+    args = types.SimpleNamespace(webarena=f"shopping={site.url}", seed=0, tokenizer=str(DEFAULT_TOKENIZER_PATH))
     # in a thread of its own: Playwright's sync API allows one instance per thread, and this
     # module's `browser` may hold this one's
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         row = pool.submit(run_webarena, "webarena", {}, task, access, args, tmp_path).result()
     assert row["score"] == 1.0 and row["n"] == 5 and row["errors"] == 0, (row, (tmp_path / "results.jsonl").read_text())
+    assert row["observation_cut"] == "the model's tokenizer"
     assert sum(row["skipped_problems"].values()) == 5 and len(row["skipped_problems"]) == 4, row
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["task_id"] for r in records] == [0, 1, 2, 3, 7] and all(r["score"] == 1.0 for r in records)

@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
                              f"${fetch.CACHE_ENV}, else ~/.cache/easylemur/eval; python -m easylemur.eval fetch fills it)")
     parser.add_argument("--model", default="", help="model id sent to --endpoint (default: the first of /v1/models)")
     parser.add_argument("--tokenizer", default="",
-                        help="--endpoint: the model's HF tokenizer (a dir or hub name) for lm-eval's loglikelihood rows")
+                        help="--endpoint: the model's HF tokenizer (a dir or hub name) for lm-eval's loglikelihood rows; "
+                             "a local one also cuts WebArena's observations as WebArena does")
     parser.add_argument("--lm-eval-include", default="", help="a directory of lm-eval task YAMLs (local tasks and data)")
     parser.add_argument("--api-key", default="", help="bearer token for --endpoint (default: $OPENAI_API_KEY)")
     parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",

@@ -413,9 +413,11 @@ def run_intercode_shell(name: str, spec: dict, task: Any, access: ModelAccess, s
 def run_webarena(name: str, spec: dict, task: Any, access: ModelAccess, args: Any, out: Path) -> dict:
     """WebArena by its runner's protocol (`benchmarks/webarena/`) on the user's deployment of its
     sites (--webarena URL_MAP), through Debian's Chromium: up to 30 actions per task, WebArena's
-    evaluators on the last page; success is a score of 1. Tasks that cannot be played or judged
-    here (a site not in the map, a login state not given, an LLM judge, a site-API helper) are
-    skipped and counted. The episodes go to OUT/<row>/results.jsonl, one record per task."""
+    evaluators on the last page (its LLM judge: --feedback-endpoint); success is a score of 1.
+    Tasks that cannot be played or judged here (a site not in the map, a login state not given, an
+    LLM-judged task without a judge) are skipped and counted; an episode that ended in an error is
+    counted and left out of the rate, as WebArena's run.py leaves it out of its average. The
+    episodes go to OUT/<row>/results.jsonl, one record per task."""
     import os
 
     from easylemur.eval.benchmarks.webarena import protocol
@@ -444,11 +446,18 @@ def run_webarena(name: str, spec: dict, task: Any, access: ModelAccess, args: An
     runnable, skipped = _runnable(task, "no task can be played on this deployment")
     max_tokens = int(spec.get("max_tokens", task.texts.run["max_tokens"]))
     temperature = float(spec.get("temperature", 0.0))
-    truncate = None
-    if access.loaded is not None and access.loaded.tokenizer is not None:
-        tok, n = access.loaded.tokenizer, int(task.texts.run["max_obs_length"])
+    # WebArena cuts the observation to max_obs_length tokens of the served model's tokenizer: the
+    # checkpoint's, or for an endpoint --tokenizer's where it is a local copy; else it is left whole
+    truncate, cut = None, "none (an endpoint without a local --tokenizer)"
+    tok = access.loaded.tokenizer if access.loaded is not None else None
+    if tok is None and getattr(args, "tokenizer", "") and os.path.exists(os.path.expanduser(args.tokenizer)):
+        from easylemur.tokenizer import load_tokenizer
 
-        def truncate(text: str) -> str:  # WebArena's cut: the first max_obs_length tokens, decoded
+        tok = load_tokenizer(os.path.expanduser(args.tokenizer))
+    if tok is not None:
+        n, cut = int(task.texts.run["max_obs_length"]), "the model's tokenizer"
+
+        def truncate(text: str) -> str:  # the first max_obs_length tokens (no BOS), decoded
             return tok.decode(tok.encode(text)[:n])
 
     def model(messages: list, stop: Sequence[str]) -> str:
@@ -463,7 +472,7 @@ def run_webarena(name: str, spec: dict, task: Any, access: ModelAccess, args: An
     rate = protocol.success_rate(records)
     return {"score": rate, "metric": "success", "success": rate, "n": len(records), "skipped_problems": skipped,
             "errors": errors, "judge": judge_model,
-            "observation_cut": "model tokenizer" if truncate else "none (an endpoint)",
+            "observation_cut": cut,
             **lost_fields(sum(bool(lost_reason(r)) for r in records), len(records)),
             "tasks_per_minute": round(60 * len(records) / max(seconds_run, 1e-9), 2)}
 

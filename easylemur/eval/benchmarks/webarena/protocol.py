@@ -20,9 +20,9 @@ average.
 
 Differences: the reply is sampled at the suite's temperature (default 0: greedy; WebArena's
 default 1.0 with top_p 0.9), with WebArena's max_tokens (384); the observation is cut by the
-tokenizer of the model where the suite has it (a checkpoint's) and left whole for an endpoint
-(WebArena cuts by the served model's tokenizer); tasks run one at a time, as run.py runs them
-(they change the sites' state)."""
+model's tokenizer where the suite has it (a checkpoint's, or an endpoint's local `--tokenizer`)
+and left whole otherwise (WebArena always cuts by the served model's tokenizer); tasks run one at
+a time, as run.py runs them (they change the sites' state)."""
 
 from __future__ import annotations
 
