@@ -220,6 +220,22 @@ def test_history_goto_and_tabs(browser, site):
     assert browser.step(parse_action("stop [done]"))["success"]
 
 
+def test_goto_cannot_read_the_hosts_files(browser, site, tmp_path):
+    """A task's answers lie in files on the host (WebArena's config_files/): a model's goto to a
+    local file, in any spelling Chromium takes, fails and shows nothing of it; a link on a page
+    cannot go there either (Chromium refuses it)."""
+    secret = tmp_path / "test.raw.json"
+    secret.write_text('[{"reference_answers": {"exact_match": "SECRET-279"}}]')
+    browser.reset(f"{site}/index.html")
+    for url in (f"file://{secret}", f"view-source:file://{secret}", f"FILE://{secret}", "chrome://version"):
+        r = browser.step(parse_action(f"goto [{url}]"))
+        assert not r["success"] and r["fail_error"].startswith("goto takes an http(s) URL"), (url, r["fail_error"])
+        assert "SECRET-279" not in r["observation"]["text"] and r["observation"]["url"] == f"{site}/index.html"
+    browser.page.evaluate(f"location.href = {str('file://' + str(secret))!r}")
+    browser.page.wait_for_timeout(300)
+    assert "SECRET-279" not in browser.observe()["text"]
+
+
 def test_missing_chromium_is_named():
     with pytest.raises(FileNotFoundError, match=r"/nonexistent/chromium.*Debian's `chromium` package"):
         Browser(executable="/nonexistent/chromium")

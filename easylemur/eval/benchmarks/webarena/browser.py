@@ -55,6 +55,10 @@ Differences from WebArena's code (all deliberate):
    Chromium 112). The AX tree comes from the browser, so names/roles/properties can differ from
    WebArena's published trajectories where Chromium's accessibility code changed since; the text
    equals what WebArena's processor gives in the same browser.
+8. `goto` takes http(s) URLs only (fail_error otherwise). WebArena's goes anywhere Chromium does:
+   `file:///...` and `view-source:file:///...` show the host's files to the model, WebArena's task
+   configurations with their reference answers among them. (A page cannot lead there itself:
+   Chromium refuses a web page's navigation to a local file.)
 Only the id-based action set is restated (no coordinate, playwright-code or role/name actions).
 The sync API is bound to the thread that made the `Browser` and cannot run inside an asyncio loop.
 """
@@ -63,6 +67,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from typing import Any, Optional
 
 CHROMIUM = os.environ.get("EASYLEMUR_CHROMIUM", "/usr/bin/chromium")
@@ -596,6 +601,8 @@ class Browser:
         elif t == "GO_FORWARD":
             page.go_forward()
         elif t == "GOTO_URL":
+            if urllib.parse.urlparse(action["url"]).scheme.lower() not in ("http", "https"):  # difference 8
+                raise ValueError(f"goto takes an http(s) URL, not {action['url'][:80]!r}")
             page.goto(action["url"])
         elif t == "PAGE_CLOSE":
             page.close()
