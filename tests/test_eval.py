@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -221,16 +222,21 @@ def test_an_interrupted_suite_leaves_the_table_of_its_finished_rows(tiny_dir, tm
                              str(suite), "--limit", "1", "--workers", "1", "--slots", "4", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    lines = []  # stderr as it comes: the signal waits for the third row's first progress line
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
     try:
-        deadline, rows = time.monotonic() + 240, {}
-        while len(rows) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        deadline, rows, started = time.monotonic() + 240, {}, "suite: third: generated 0/50 samples\n"
+        while (len(rows) < 2 or started not in lines) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
             if (out / "table.json").exists():  # replaced whole (a rename): never read half-written
                 rows = json.loads((out / "table.json").read_text())["tasks"]
         proc.send_signal(signal.SIGINT)
         t = time.monotonic()
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
         seconds = time.monotonic() - t
+        reader.join(timeout=60)
+        err = "".join(lines)
     finally:
         proc.kill()
     assert proc.returncode == 130 and seconds < 10, (seconds, err[-3000:])  # the samples in flight are not waited for
