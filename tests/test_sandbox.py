@@ -328,8 +328,8 @@ def _anon_bytes_of_descendants(before: frozenset) -> tuple[int, list]:
             continue  # gone, or the non-dumpable runner (a few MiB)
         field = "Pss_Anon:" if any(l.startswith("Pss_Anon:") for l in rollup) else "Pss:"
         held[pid] = (sum(int(l.split()[1]) << 10 for l in rollup if l.startswith(field)), command)
-    counted = [(n >> 20, pid, command) for pid, (n, command) in held.items() if _holding(pid)]
-    return sum(n for pid, (n, _) in held.items() if _holding(pid)), sorted(counted, reverse=True)
+    counted = sorted(((n, pid, command) for pid, (n, command) in held.items() if _holding(pid)), reverse=True)
+    return sum(n for n, _, _ in counted), [(n >> 20, pid, command) for n, pid, command in counted]
 
 
 def _memory_cgroup_possible() -> bool:
